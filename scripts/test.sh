@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command of the README: a fresh virtual environment with the test extras, then pytest.
+# PostgreSQL tests start their own throwaway server from the system's PostgreSQL binaries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+python3 -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip
+"$VENV/bin/pip" install -q -e ".[test]"
+export TUNESEARCH_CACHE=${TUNESEARCH_CACHE:-$(mktemp -d)/tunesearch}
+"$VENV/bin/python" -m pytest -q "$@"

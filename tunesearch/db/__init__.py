@@ -1,0 +1,21 @@
+"""The result database: the best config per (kernel, device), trial history, and sharing.
+
+SQLite in the user's cache folder by default, any SQLAlchemy URL (PostgreSQL through psycopg 3)
+for a database shared by several machines. `search/` writes it and `runtime/` reads it; this
+package imports nothing else from tunesearch.
+
+    from tunesearch.db import Store
+    with Store() as store:
+        best = store.lookup(kernel_key, device_key)
+"""
+from tunesearch.db._engine import default_url
+from tunesearch.db._errors import DatabaseError
+from tunesearch.db._migrations import head_revision
+from tunesearch.db.store import (
+    DeviceRecord, KernelDetail, KernelRecord, ResultRecord, ResultRow, Store, TrialRecord,
+)
+
+__all__ = [
+    "DatabaseError", "DeviceRecord", "KernelDetail", "KernelRecord", "ResultRecord", "ResultRow",
+    "Store", "TrialRecord", "default_url", "head_revision",
+]

@@ -1,0 +1,197 @@
+"""Database URLs and engines: where the database lives and how each backend is set up.
+
+SQLite (the default, one file in the user's cache folder) runs in WAL mode with a busy timeout and
+foreign keys on; write transactions start with BEGIN IMMEDIATE so that two writers queue on the
+lock instead of failing halfway. PostgreSQL goes through psycopg 3.
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+from urllib.parse import quote
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, make_url
+
+from tunesearch import settings
+from tunesearch.db._errors import DatabaseError, is_retryable, translate
+
+ENV_VAR = "TUNESEARCH_DB"
+BUSY_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10
+WRITE_OPTION = "tunesearch_write"  # execution option that marks a write transaction
+MAX_ATTEMPTS = 12
+T = TypeVar("T")
+
+
+def default_path() -> Path:
+    """The default SQLite file: `$XDG_CACHE_HOME/tunesearch/tunesearch.db` (`~/.cache/...`)."""
+    return settings.cache_dir() / "tunesearch.db"
+
+
+def default_url() -> str:
+    """The database to use when none is given: `$TUNESEARCH_DB`, else the default SQLite file.
+
+    For example `TUNESEARCH_DB=postgresql://tuner@db.lan/tunesearch` shares one server.
+    """
+    return settings.db_url() or f"sqlite:///{default_path()}"
+
+
+def normalize_url(url: str | os.PathLike) -> URL:
+    """Parse a SQLAlchemy URL; a plain path is a SQLite file, `postgresql://` means psycopg 3."""
+    text_url = os.fspath(url).strip()
+    if "://" not in text_url:
+        return URL.create("sqlite", database=str(Path(text_url).expanduser().absolute()))
+    try:
+        parsed = make_url(text_url)
+    except (sa_exc.ArgumentError, ValueError) as err:
+        raise DatabaseError(f"invalid database URL {text_url!r}: {err}") from err
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def describe(url: URL) -> str:
+    """How messages name a database: the SQLite file path, or the URL without its password."""
+    if url.get_backend_name() == "sqlite":
+        database = url.database or ":memory:"
+        return database[len("file:"):] if database.startswith("file:") else database
+    return url.render_as_string(hide_password=True)
+
+
+def is_read_only_url(url: URL) -> bool:
+    """True for a SQLite URI opened with `mode=ro`, e.g. `sqlite:///file:/x.db?mode=ro&uri=true`."""
+    return url.get_backend_name() == "sqlite" and url.query.get("mode") == "ro"
+
+
+def read_only_url(url: URL) -> URL:
+    """The same SQLite file opened read-only through a URI (`mode=ro` holds even for root)."""
+    if url.get_backend_name() != "sqlite" or is_read_only_url(url):
+        return url
+    database = url.database or ""
+    if not database.startswith("file:"):
+        database = "file:" + quote(str(Path(database).absolute()))
+    return url.set(database=database, query={**url.query, "mode": "ro", "uri": "true"})
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What differs between database backends, looked up by dialect name."""
+
+    insert: Callable[..., Any]  # dialect insert() with on_conflict_do_update
+    engine_args: Callable[[URL, bool], dict]  # create_engine() keywords for (url, read_only)
+    configure: Callable[[Engine], None]  # installs connection events on a new engine
+    lock_schema: Callable[[Connection], None]  # serializes migrations inside a write transaction
+    snapshot_options: dict  # execution options for a consistent multi-statement read
+
+
+def _sqlite_engine_args(url: URL, read_only: bool) -> dict:
+    return {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
+
+
+def _postgresql_engine_args(url: URL, read_only: bool) -> dict:
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    if read_only:
+        connect_args["options"] = "-c default_transaction_read_only=on"
+    return {"connect_args": connect_args, "pool_pre_ping": True}
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):
+        # Take transaction control from the sqlite3 module, which would otherwise BEGIN lazily.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection):
+        if not connection.get_execution_options().get(WRITE_OPTION, False):
+            connection.exec_driver_sql("BEGIN")
+            return
+        # WAL is switched on by the first write, not on connect: opening a database only to
+        # read it (or to refuse it) leaves the file exactly as it was.
+        info = connection.connection.info
+        if not info.get("wal"):
+            connection.exec_driver_sql("PRAGMA journal_mode = WAL")
+            connection.exec_driver_sql("PRAGMA synchronous = NORMAL")
+            info["wal"] = True
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _configure_nothing(engine: Engine) -> None:
+    pass
+
+
+def _lock_nothing(connection: Connection) -> None:
+    pass  # SQLite: BEGIN IMMEDIATE already holds the one write lock
+
+
+def _lock_postgresql_schema(connection: Connection) -> None:
+    # A transaction-scoped advisory lock: concurrent first opens create the schema once.
+    connection.execute(text("SELECT pg_advisory_xact_lock(7453921)"))
+
+
+BACKENDS: dict[str, Backend] = {
+    "sqlite": Backend(sqlite.insert, _sqlite_engine_args, _configure_sqlite, _lock_nothing, {}),
+    "postgresql": Backend(postgresql.insert, _postgresql_engine_args, _configure_nothing,
+                          _lock_postgresql_schema, {"isolation_level": "REPEATABLE READ"}),
+}
+
+
+def backend_of(url: URL) -> Backend:
+    name = url.get_backend_name()
+    if name not in BACKENDS:
+        raise DatabaseError(f"unsupported database {describe(url)}: use sqlite or postgresql "
+                            f"(got {name!r})")
+    return BACKENDS[name]
+
+
+def open_engine(url: URL, *, read_only: bool) -> Engine:
+    """Create the engine for `url` with the backend's settings; connects lazily."""
+    backend = backend_of(url)
+    try:
+        engine = create_engine(url, **backend.engine_args(url, read_only))
+    except ImportError as err:
+        raise DatabaseError(f"cannot use database {describe(url)}: {err} (for PostgreSQL: "
+                            "pip install 'tunesearch[postgres]')") from err
+    except sa_exc.ArgumentError as err:
+        raise DatabaseError(f"cannot use database {describe(url)}: {err}") from err
+    backend.configure(engine)
+    return engine
+
+
+def run_transaction(engine: Engine, work: Callable[[Connection], T], *, where: str,
+                    write: bool = False, options: dict | None = None) -> T:
+    """Run `work(connection)` in one transaction, retrying it while the database is locked.
+
+    A write transaction takes the write lock up front (BEGIN IMMEDIATE on SQLite), so `work`
+    either commits whole or, after lock contention, runs again from the start. Driver errors
+    become one-line `DatabaseError`s naming `where`.
+    """
+    delay = 0.02
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            with engine.connect() as connection:
+                connection.execution_options(**{WRITE_OPTION: write}, **(options or {}))
+                with connection.begin():
+                    return work(connection)
+        except sa_exc.DBAPIError as err:
+            if attempt < MAX_ATTEMPTS and is_retryable(err):
+                time.sleep(delay * (1.0 + random.random()))  # jitter: writers do not march
+                delay = min(delay * 2.0, 1.0)
+                continue
+            raise translate(err, where, writing=write) from err
+    raise AssertionError("unreachable")

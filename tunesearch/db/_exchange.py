@@ -1,0 +1,188 @@
+"""The portable export document: reading a whole database into it, and validating one.
+
+The format itself is documented in `tunesearch.db.store`. Every field of an incoming document is
+type-checked before anything is written, so a bad file changes nothing.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from tunesearch.db._errors import DatabaseError
+from tunesearch.db._models import Device, Kernel, Result, Trial
+from tunesearch.db._queries import (
+    DEVICE_COLUMNS, KERNEL_COLUMNS, RESULT_COLUMNS, TRIAL_COLUMNS, device_from_row,
+    kernel_from_row, result_from_row, trial_from_row,
+)
+from tunesearch.db._records import DeviceRecord, KernelRecord, ResultRecord, TrialRecord
+
+FORMAT = "tunesearch-results"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class SeenDevice:
+    device: DeviceRecord
+    first_seen: datetime
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """A validated export document, ready to be written into a store."""
+
+    kernels: tuple[KernelRecord, ...]
+    devices: tuple[SeenDevice, ...]
+    results: tuple[tuple[str, str, ResultRecord], ...]  # (kernel key, device key, result)
+    trials: tuple[tuple[str, str, TrialRecord, datetime], ...]
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat()
+
+
+def snapshot(connection: Connection) -> dict:
+    """The whole database as an export document (a JSON-ready dict)."""
+    kernel_keys = {}
+    kernels = []
+    for row in connection.execute(select(Kernel.id, *KERNEL_COLUMNS).order_by(Kernel.key)):
+        kernel_keys[row.id] = row.key
+        kernels.append(vars_of(kernel_from_row(row)))
+    device_keys = {}
+    devices = []
+    for row in connection.execute(select(Device.id, *DEVICE_COLUMNS, Device.first_seen,
+                                         Device.last_seen).order_by(Device.key)):
+        device_keys[row.id] = row.key
+        devices.append({**vars_of(device_from_row(row)), "first_seen": _iso(row.first_seen),
+                        "last_seen": _iso(row.last_seen)})
+    results = []
+    for row in connection.execute(select(Result.kernel_id, Result.device_id, *RESULT_COLUMNS)
+                                  .order_by(Result.id)):
+        result = result_from_row(row)
+        if result is not None:
+            entry = {**vars_of(result), "created": _iso(result.created)}
+            results.append({"kernel": kernel_keys[row.kernel_id],
+                            "device": device_keys[row.device_id], **entry})
+    trials = []
+    for row in connection.execute(select(Trial.kernel_id, Trial.device_id, *TRIAL_COLUMNS,
+                                         Trial.created).order_by(Trial.id)):
+        trial = trial_from_row(row)
+        if trial is not None:
+            trials.append({"kernel": kernel_keys[row.kernel_id],
+                           "device": device_keys[row.device_id], **vars_of(trial),
+                           "created": _iso(row.created)})
+    return {"format": FORMAT, "version": VERSION, "exported": _iso(datetime.now(timezone.utc)),
+            "kernels": kernels, "devices": devices, "results": results, "trials": trials}
+
+
+def vars_of(record: Any) -> dict:
+    return dict(vars(record))
+
+
+class _Reader:
+    """Type-checks the entries of one document, naming the file and entry on the first error."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, where: str, problem: str) -> DatabaseError:
+        return DatabaseError(f"{self.source}: {where}: {problem}")
+
+    def field(self, entry: Any, name: str, kinds: tuple[type, ...], where: str,
+              optional: bool = False) -> Any:
+        if not isinstance(entry, dict):
+            raise self.fail(where, "expected an object")
+        if name not in entry:
+            raise self.fail(where, f"missing {name!r}")
+        value = entry[name]
+        if value is None and optional:
+            return None
+        # bool is an int in Python, never a valid number or count here
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            raise self.fail(where, f"{name!r} has the wrong type ({type(value).__name__})")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.fail(where, f"{name!r} is not finite")
+        return value
+
+    def moment(self, entry: Any, name: str, where: str) -> datetime:
+        text = self.field(entry, name, (str,), where)
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise self.fail(where, f"{name!r} is not an ISO 8601 time: {text!r}") from None
+        return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+    def entries(self, document: dict, name: str) -> list:
+        value = document.get(name, [])
+        if not isinstance(value, list):
+            raise self.fail(name, "expected a list")
+        return value
+
+
+NUMBER = (int, float)
+
+
+def parse(document: Any, source: str) -> Exchange:
+    """Validate an export document; raises `DatabaseError` naming `source` on the first problem."""
+    read = _Reader(source)
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise DatabaseError(f"{source}: not a tunesearch export (no \"format\": \"{FORMAT}\")")
+    if document.get("version") != VERSION:
+        raise DatabaseError(f"{source}: export format version {document.get('version')!r} is not "
+                            f"supported (this tunesearch reads version {VERSION})")
+    kernels = []
+    for i, entry in enumerate(read.entries(document, "kernels")):
+        where = f"kernels[{i}]"
+        kernels.append(KernelRecord(
+            *(read.field(entry, name, (str,), where)
+              for name in ("key", "name", "canonical", "ops", "shapes")),
+            space_version=read.field(entry, "space_version", (int,), where)))
+    devices = []
+    for i, entry in enumerate(read.entries(document, "devices")):
+        where = f"devices[{i}]"
+        device = DeviceRecord(*(read.field(entry, name, (str,), where)
+                                for name in ("key", "backend", "name")),
+                              fingerprint=read.field(entry, "fingerprint", (dict,), where))
+        devices.append(SeenDevice(device, read.moment(entry, "first_seen", where),
+                                  read.moment(entry, "last_seen", where)))
+    kernel_keys = {kernel.key for kernel in kernels}
+    device_keys = {seen.device.key for seen in devices}
+
+    def owner(entry: Any, where: str) -> tuple[str, str]:
+        kernel = read.field(entry, "kernel", (str,), where)
+        device = read.field(entry, "device", (str,), where)
+        if kernel not in kernel_keys:
+            raise read.fail(where, f"kernel {kernel!r} is not in \"kernels\"")
+        if device not in device_keys:
+            raise read.fail(where, f"device {device!r} is not in \"devices\"")
+        return kernel, device
+
+    results = []
+    for i, entry in enumerate(read.entries(document, "results")):
+        where = f"results[{i}]"
+        numbers = {name: read.field(entry, name, NUMBER, where)
+                   for name in ("time_s", "spread", "gflops", "gbps", "default_time_s", "speedup")}
+        if numbers["time_s"] < 0:
+            raise read.fail(where, "'time_s' is negative")
+        result = ResultRecord(
+            config=read.field(entry, "config", (dict,), where), **numbers,
+            trials=read.field(entry, "trials", (int,), where),
+            sampler=read.field(entry, "sampler", (str,), where),
+            tunesearch_version=read.field(entry, "tunesearch_version", (str,), where),
+            host=read.field(entry, "host", (str,), where),
+            created=read.moment(entry, "created", where))
+        results.append((*owner(entry, where), result))
+    trials = []
+    for i, entry in enumerate(read.entries(document, "trials")):
+        where = f"trials[{i}]"
+        trial = TrialRecord(
+            number=read.field(entry, "number", (int,), where),
+            config=read.field(entry, "config", (dict,), where),
+            time_s=read.field(entry, "time_s", NUMBER, where, optional=True),
+            error=read.field(entry, "error", (str,), where, optional=True))
+        trials.append((*owner(entry, where), trial, read.moment(entry, "created", where)))
+    return Exchange(tuple(kernels), tuple(devices), tuple(results), tuple(trials))

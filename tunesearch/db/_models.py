@@ -1,0 +1,115 @@
+"""SQLAlchemy declarative models: one class per table.
+
+The migrations in `alembic/versions/` build exactly this schema (a test compares them), so a
+change here needs a new revision there.
+
+Configs and fingerprints are stored as JSON text, never as code; times are UTC.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Explicit constraint names, so that migrations (and SQLite batch mode) can refer to them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator):
+    """A timestamp stored as naive UTC and read back timezone-aware (SQLite keeps no zone)."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value, dialect):
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Device(Base):
+    """A device key (the runtime's hash of its fingerprint) and when it was seen."""
+
+    __tablename__ = "devices"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), unique=True)
+    backend: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(255))
+    fingerprint: Mapped[str] = mapped_column(Text)  # JSON object
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_seen: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Kernel(Base):
+    """A kernel by its structural key, with readable text for `db show`."""
+
+    __tablename__ = "kernels"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), unique=True)
+    name: Mapped[str] = mapped_column(String(255))
+    canonical: Mapped[str] = mapped_column(Text)
+    ops: Mapped[str] = mapped_column(Text)
+    shapes: Mapped[str] = mapped_column(Text)
+    space_version: Mapped[int] = mapped_column(Integer)
+
+
+class Result(Base):
+    """The best measured config of one kernel on one device; replaced only by a faster one."""
+
+    __tablename__ = "results"
+    __table_args__ = (
+        UniqueConstraint("kernel_id", "device_id"),
+        Index("ix_results_device_id", "device_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id", ondelete="CASCADE"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    config: Mapped[str] = mapped_column(Text)  # JSON object
+    time_s: Mapped[float] = mapped_column(Float)
+    spread: Mapped[float] = mapped_column(Float, server_default="0")  # since v2
+    gflops: Mapped[float] = mapped_column(Float)
+    gbps: Mapped[float] = mapped_column(Float)
+    default_time_s: Mapped[float] = mapped_column(Float)
+    speedup: Mapped[float] = mapped_column(Float)
+    trials: Mapped[int] = mapped_column(Integer)
+    sampler: Mapped[str] = mapped_column(String(64))
+    tunesearch_version: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255), server_default="")  # since v2
+    created: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Trial(Base):
+    """One measured (or failed) candidate of a search, kept for analysis and warm starts."""
+
+    __tablename__ = "trials"
+    __table_args__ = (Index("ix_trials_kernel_id_device_id", "kernel_id", "device_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id", ondelete="CASCADE"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    config: Mapped[str] = mapped_column(Text)  # JSON object
+    time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,0 +1,140 @@
+"""The statements behind the store: each runs on a connection inside the caller's transaction.
+
+The best result is kept by one conditional upsert (`INSERT ... ON CONFLICT DO UPDATE ... WHERE
+results.time_s > excluded.time_s`), so two writers racing on the same (kernel, device) cannot
+both win or lose a faster result, on SQLite and PostgreSQL alike.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from sqlalchemy import Connection, Row, case, insert, select
+
+from tunesearch.db._models import Device, Kernel, Result, Trial
+from tunesearch.db._records import (
+    DeviceRecord, KernelRecord, ResultRecord, TrialRecord, dump_json_object, load_json_object,
+)
+
+log = logging.getLogger(__name__)
+
+Insert = Callable[..., Any]  # the dialect's insert(), which has on_conflict_do_update
+
+KERNEL_COLUMNS = (Kernel.key, Kernel.name, Kernel.canonical, Kernel.ops, Kernel.shapes,
+                  Kernel.space_version)
+DEVICE_COLUMNS = (Device.key, Device.backend, Device.name, Device.fingerprint)
+RESULT_COLUMNS = (Result.config, Result.time_s, Result.spread, Result.gflops, Result.gbps,
+                  Result.default_time_s, Result.speedup, Result.trials, Result.sampler,
+                  Result.tunesearch_version, Result.host, Result.created)
+TRIAL_COLUMNS = (Trial.number, Trial.config, Trial.time_s, Trial.error)
+
+
+def upsert_kernel(connection: Connection, dialect_insert: Insert, kernel: KernelRecord) -> int:
+    """Insert the kernel if its key is new; returns its id either way."""
+    stmt = dialect_insert(Kernel).values(
+        key=kernel.key, name=kernel.name, canonical=kernel.canonical, ops=kernel.ops,
+        shapes=kernel.shapes, space_version=kernel.space_version)
+    # DO UPDATE rather than DO NOTHING so that RETURNING yields the id of an existing row too.
+    stmt = stmt.on_conflict_do_update(index_elements=[Kernel.key],
+                                      set_={"name": stmt.excluded.name}).returning(Kernel.id)
+    return connection.execute(stmt).scalar_one()
+
+
+def upsert_device(connection: Connection, dialect_insert: Insert, device: DeviceRecord,
+                  first_seen: datetime, last_seen: datetime) -> int:
+    """Insert or update a device, widening its seen interval; returns its id.
+
+    Name and fingerprint follow the most recent sighting, so importing an old export does not
+    overwrite what this machine saw last.
+    """
+    stmt = dialect_insert(Device).values(
+        key=device.key, backend=device.backend, name=device.name,
+        fingerprint=dump_json_object(device.fingerprint, "device fingerprint"),
+        first_seen=first_seen, last_seen=last_seen)
+    new = stmt.excluded
+    newer = Device.last_seen <= new.last_seen
+    stmt = stmt.on_conflict_do_update(index_elements=[Device.key], set_={
+        "backend": case((newer, new.backend), else_=Device.backend),
+        "name": case((newer, new.name), else_=Device.name),
+        "fingerprint": case((newer, new.fingerprint), else_=Device.fingerprint),
+        "first_seen": case((Device.first_seen > new.first_seen, new.first_seen),
+                           else_=Device.first_seen),
+        "last_seen": case((newer, new.last_seen), else_=Device.last_seen),
+    }).returning(Device.id)
+    return connection.execute(stmt).scalar_one()
+
+
+def offer_result(connection: Connection, dialect_insert: Insert, kernel_id: int, device_id: int,
+                 result: ResultRecord, created: datetime) -> bool:
+    """Store `result` unless the stored one is at least as fast; True if it was stored."""
+    values = dict(
+        config=dump_json_object(result.config, "result config"), time_s=result.time_s,
+        spread=result.spread, gflops=result.gflops, gbps=result.gbps,
+        default_time_s=result.default_time_s, speedup=result.speedup, trials=result.trials,
+        sampler=result.sampler, tunesearch_version=result.tunesearch_version, host=result.host,
+        created=created)
+    stmt = dialect_insert(Result).values(kernel_id=kernel_id, device_id=device_id, **values)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[Result.kernel_id, Result.device_id],
+        set_={name: stmt.excluded[name] for name in values},
+        where=Result.time_s > stmt.excluded.time_s,
+    ).returning(Result.id)
+    return connection.execute(stmt).first() is not None
+
+
+def add_trials(connection: Connection, kernel_id: int, device_id: int,
+               trials: Iterable[tuple[TrialRecord, datetime]], *, skip_known: bool = False) -> int:
+    """Append trials to the history of (kernel, device); returns how many were added.
+
+    With `skip_known`, trials equal to one already stored (same number, config, time and error)
+    are left out, so importing or merging the same history twice adds nothing.
+    """
+    known: set[tuple] = set()
+    if skip_known:
+        rows = connection.execute(select(*TRIAL_COLUMNS).where(
+            Trial.kernel_id == kernel_id, Trial.device_id == device_id))
+        known = {tuple(row) for row in rows}
+    new_rows = []
+    for trial, created in trials:
+        config = dump_json_object(trial.config, "trial config")
+        signature = (trial.number, config, trial.time_s, trial.error)
+        if signature in known:
+            continue
+        known.add(signature)
+        new_rows.append(dict(kernel_id=kernel_id, device_id=device_id, number=trial.number,
+                             config=config, time_s=trial.time_s, error=trial.error,
+                             created=created))
+    if new_rows:
+        connection.execute(insert(Trial), new_rows)
+    return len(new_rows)
+
+
+def kernel_from_row(row: Row) -> KernelRecord:
+    return KernelRecord(row.key, row.name, row.canonical, row.ops, row.shapes, row.space_version)
+
+
+def device_from_row(row: Row) -> DeviceRecord:
+    return DeviceRecord(row.key, row.backend, row.name, load_json_object(row.fingerprint) or {})
+
+
+def result_from_row(row: Row) -> ResultRecord | None:
+    """The record of a results row; None (with a warning) when its config is not a JSON object."""
+    config = load_json_object(row.config)
+    if config is None:
+        log.warning("ignoring a stored result whose config is not a JSON object: %.80r",
+                    row.config)
+        return None
+    return ResultRecord(
+        config=config, time_s=row.time_s, spread=row.spread, gflops=row.gflops, gbps=row.gbps,
+        default_time_s=row.default_time_s, speedup=row.speedup, trials=row.trials,
+        sampler=row.sampler, tunesearch_version=row.tunesearch_version, host=row.host,
+        created=row.created)
+
+
+def trial_from_row(row: Row) -> TrialRecord | None:
+    config = load_json_object(row.config)
+    if config is None:
+        log.warning("ignoring a stored trial whose config is not a JSON object: %.80r", row.config)
+        return None
+    return TrialRecord(row.number, config, row.time_s, row.error)

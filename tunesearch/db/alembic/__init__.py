@@ -1,0 +1,1 @@
+"""Migration environment of the result database (a package so that it ships when installed)."""

@@ -1,0 +1,368 @@
+"""The store: the one API through which tunesearch reads and writes tuning results.
+
+    store = Store()                                   # $TUNESEARCH_DB, or the SQLite cache file
+    if store.record(kernel, device, result, trials):  # kept only if faster than the stored best
+        ...
+    best = store.lookup(kernel.key, device.key)       # ResultRecord or None
+
+A database is created at the newest schema revision and an older one is upgraded when opened
+(`auto_upgrade=False` refuses instead). One written by a newer tunesearch opens for reading only.
+Every problem a user can cause raises `DatabaseError` with one line naming the file or URL.
+
+Export format (`tunesearch db export FILE`), version 1
+------------------------------------------------------
+One UTF-8 JSON object; kernels and devices are referenced by their keys, times are ISO 8601 UTC,
+configs and fingerprints are JSON objects (data, never code)::
+
+    {"format": "tunesearch-results", "version": 1, "exported": "2025-01-31T12:00:00+00:00",
+     "kernels": [{"key": "k_3f2a...", "name": "r_64_64_64", "canonical": "...", "ops": "...",
+                  "shapes": "...", "space_version": 1}],
+     "devices": [{"key": "d_91c0...", "backend": "cpu", "name": "AMD EPYC 9R14",
+                  "fingerprint": {...}, "first_seen": "...", "last_seen": "..."}],
+     "results": [{"kernel": "k_3f2a...", "device": "d_91c0...", "config": {...},
+                  "time_s": 0.0012, "spread": 0.02, "gflops": 41.5, "gbps": 3.1,
+                  "default_time_s": 0.004, "speedup": 3.3, "trials": 200, "sampler": "tpe",
+                  "tunesearch_version": "0.1.0", "host": "box", "created": "..."}],
+     "trials": [{"kernel": "k_3f2a...", "device": "d_91c0...", "number": 0, "config": {...},
+                 "time_s": 0.004, "error": null, "created": "..."}]}
+
+Importing keeps the faster of the stored and the imported result per (kernel, device), adds the
+trials not already stored, and refuses (changing nothing) a file of another format or version.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable, Sequence, TypeVar
+
+from sqlalchemy import Connection, delete, func, or_, select
+from sqlalchemy.engine import URL
+
+from tunesearch.db import _exchange, _queries
+from tunesearch.db._engine import (
+    backend_of, default_url, describe, is_read_only_url, normalize_url, open_engine,
+    read_only_url, run_transaction,
+)
+from tunesearch.db._errors import DatabaseError, read_only_error
+from tunesearch.db._migrations import (
+    SchemaState, head_revision, inspect_schema, refusal, upgrade_in_transaction,
+)
+from tunesearch.db._models import Device, Kernel, Result, Trial
+from tunesearch.db._records import (
+    DeviceRecord, KernelDetail, KernelRecord, ResultRecord, ResultRow, TrialRecord, check_time,
+)
+
+T = TypeVar("T")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _make_default_folder(url: URL) -> None:
+    """The default SQLite file lives in a cache folder that may not exist yet."""
+    database = url.database or ""
+    if url.get_backend_name() != "sqlite" or not database or database.startswith(("file:", ":")):
+        return
+    folder = Path(database).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DatabaseError(f"cannot create the folder {folder} for database {database}: "
+                            f"{err.strerror or err}") from err
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+class Store:
+    """Tuning results in one database, given by a SQLAlchemy URL or a SQLite file path.
+
+    `readonly=True` opens it for lookups only (a SQLite file through `mode=ro`, PostgreSQL in
+    read-only transactions); so does a URL like `sqlite:///file:/x.db?mode=ro&uri=true`.
+    """
+
+    def __init__(self, url: str | os.PathLike | None = None, *, auto_upgrade: bool = True,
+                 readonly: bool = False):
+        parsed = normalize_url(default_url() if url is None else url)
+        if readonly:
+            parsed = read_only_url(parsed)
+        self.url: str = parsed.render_as_string(hide_password=False)
+        self.where: str = describe(parsed)  # how messages name it: file path or URL sans password
+        self.readonly: bool = readonly or is_read_only_url(parsed)
+        self._backend = backend_of(parsed)
+        if url is None and not self.readonly:
+            _make_default_folder(parsed)
+        self._engine = open_engine(parsed, read_only=self.readonly)
+        self._pid = os.getpid()
+        self._write_refusal: DatabaseError | None = None
+        try:
+            self.revision_before, self.revision = self._open_schema(auto_upgrade)
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    def __repr__(self) -> str:
+        return f"Store({self.where!r})"
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the pooled connections (a later call opens new ones)."""
+        self._engine.dispose()
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def _engine_for_this_process(self):
+        if self._pid != os.getpid():
+            # A forked child must not share the parent's pooled connections (nor close them).
+            self._engine.dispose(close=False)
+            self._pid = os.getpid()
+        return self._engine
+
+    def _read(self, work: Callable[[Connection], T], options: dict | None = None) -> T:
+        return run_transaction(self._engine_for_this_process(), work, where=self.where,
+                               options=options)
+
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise read_only_error(self.where)
+        if self._write_refusal is not None:
+            raise self._write_refusal
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        self._check_writable()
+        return run_transaction(self._engine_for_this_process(), work, where=self.where,
+                               write=True)
+
+    def _open_schema(self, auto_upgrade: bool) -> tuple[str | None, str | None]:
+        """Check the schema revision, creating or upgrading it when allowed."""
+        schema = self._read(inspect_schema)
+        if schema.state is SchemaState.FOREIGN:
+            raise refusal(schema, self.where)
+        if schema.state is SchemaState.NEWER:
+            self._write_refusal = refusal(schema, self.where)
+            return schema.revision, schema.revision
+        if schema.state is SchemaState.CURRENT:
+            return schema.revision, schema.revision
+        if self.readonly:
+            found = "empty" if schema.revision is None else f"at revision {schema.revision}"
+            raise DatabaseError(f"database {self.where} is {found} and opened read-only; open it "
+                                "writable once to bring it to the current schema")
+        if schema.state is SchemaState.OLD and not auto_upgrade:
+            raise DatabaseError(f"database {self.where} is at revision {schema.revision}, older "
+                                f"than {head_revision()}: run `tunesearch db upgrade`")
+
+        def upgrade(connection: Connection) -> str | None:
+            self._backend.lock_schema(connection)
+            return upgrade_in_transaction(connection, self.where)
+
+        return self._write(upgrade), head_revision()
+
+    # -- the best result per (kernel, device) ----------------------------------------------
+
+    def lookup(self, kernel_key: str, device_key: str) -> ResultRecord | None:
+        """The best result of a kernel on exactly this device key, or None."""
+        stmt = (select(*_queries.RESULT_COLUMNS).select_from(Result)
+                .join(Kernel, Kernel.id == Result.kernel_id)
+                .join(Device, Device.id == Result.device_id)
+                .where(Kernel.key == kernel_key, Device.key == device_key))
+        row = self._read(lambda connection: connection.execute(stmt).first())
+        return None if row is None else _queries.result_from_row(row)
+
+    def record(self, kernel: KernelRecord, device: DeviceRecord, result: ResultRecord,
+               trials: Sequence[TrialRecord] = ()) -> bool:
+        """Store `result` if it beats the stored best (strictly faster); True if it was stored.
+
+        The trials are appended to the history either way; the device's last_seen is updated.
+        """
+        check_time(result.time_s, "result time_s")
+        for trial in trials:
+            check_time(trial.time_s, f"trial {trial.number} time_s", optional=True)
+        now = _now()
+        insert = self._backend.insert
+
+        def work(connection: Connection) -> bool:
+            kernel_id = _queries.upsert_kernel(connection, insert, kernel)
+            device_id = _queries.upsert_device(connection, insert, device, now, now)
+            stored = _queries.offer_result(connection, insert, kernel_id, device_id, result,
+                                           result.created or now)
+            _queries.add_trials(connection, kernel_id, device_id, [(t, now) for t in trials])
+            return stored
+
+        return self._write(work)
+
+    def trials(self, kernel_key: str, device_key: str) -> list[TrialRecord]:
+        """The trial history of a kernel on a device, in trial-number order."""
+        stmt = (select(*_queries.TRIAL_COLUMNS).select_from(Trial)
+                .join(Kernel, Kernel.id == Trial.kernel_id)
+                .join(Device, Device.id == Trial.device_id)
+                .where(Kernel.key == kernel_key, Device.key == device_key)
+                .order_by(Trial.number, Trial.id))
+        rows = self._read(lambda connection: connection.execute(stmt).all())
+        return [trial for trial in map(_queries.trial_from_row, rows) if trial is not None]
+
+    def touch_device(self, device: DeviceRecord) -> None:
+        """Record that this device was seen now (so `prune --unseen-days` keeps it)."""
+        now = _now()
+        self._write(lambda connection: _queries.upsert_device(
+            connection, self._backend.insert, device, now, now))
+
+    # -- sharing ---------------------------------------------------------------------------
+
+    def _snapshot(self) -> dict:
+        return self._read(_exchange.snapshot, options=self._backend.snapshot_options)
+
+    def _absorb(self, exchange: _exchange.Exchange) -> int:
+        """Write a validated document in one transaction; returns the results that won."""
+        insert = self._backend.insert
+
+        def work(connection: Connection) -> int:
+            kernel_ids = {kernel.key: _queries.upsert_kernel(connection, insert, kernel)
+                          for kernel in exchange.kernels}
+            device_ids = {seen.device.key: _queries.upsert_device(
+                connection, insert, seen.device, seen.first_seen, seen.last_seen)
+                for seen in exchange.devices}
+            stored = sum(_queries.offer_result(connection, insert, kernel_ids[kernel],
+                                               device_ids[device], result, result.created)
+                         for kernel, device, result in exchange.results)
+            history = defaultdict(list)
+            for kernel, device, trial, created in exchange.trials:
+                history[kernel, device].append((trial, created))
+            for (kernel, device), items in history.items():
+                _queries.add_trials(connection, kernel_ids[kernel], device_ids[device], items,
+                                    skip_known=True)
+            return stored
+
+        return self._write(work)
+
+    def export(self, path: str | os.PathLike) -> int:
+        """Write every kernel, device, result and trial to a JSON file; returns the results."""
+        document = self._snapshot()
+        target = Path(path)
+        partial = target.with_name(target.name + ".partial")
+        try:
+            partial.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n",
+                               encoding="utf-8")
+            os.replace(partial, target)  # readers never see half a file
+        except OSError as err:
+            partial.unlink(missing_ok=True)
+            raise DatabaseError(f"cannot write {target}: {err.strerror or err}") from err
+        return len(document["results"])
+
+    def import_(self, path: str | os.PathLike) -> int:
+        """Merge an export file in; returns how many of its results became the stored best."""
+        self._check_writable()  # before reading the file: its problems come second
+        source = str(path)
+        try:
+            document = json.loads(Path(path).read_text(encoding="utf-8"),
+                                  parse_constant=_reject_constant)
+        except OSError as err:
+            raise DatabaseError(f"cannot read {source}: {err.strerror or err}") from err
+        except ValueError as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise DatabaseError(f"{source}: not a tunesearch export ({err})") from err
+        return self._absorb(_exchange.parse(document, source))
+
+    def merge(self, other_url: str | os.PathLike) -> int:
+        """Take in another database (opened read-only); returns its results that won here."""
+        self._check_writable()
+        with Store(other_url, readonly=True) as other:
+            document = other._snapshot()
+            source = other.where
+        return self._absorb(_exchange.parse(document, source))
+
+    # -- inspection and upkeep -------------------------------------------------------------
+
+    def list_results(self, device_key: str | None = None) -> list[ResultRow]:
+        """Every stored best result (of one device key, if given), by kernel name."""
+        stmt = (select(Kernel.key.label("kernel_key"), Kernel.name.label("kernel_name"),
+                       Device.key.label("device_key"), Device.name.label("device_name"),
+                       Device.backend, *_queries.RESULT_COLUMNS).select_from(Result)
+                .join(Kernel, Kernel.id == Result.kernel_id)
+                .join(Device, Device.id == Result.device_id)
+                .order_by(Kernel.name, Kernel.key, Device.name, Device.key))
+        if device_key is not None:
+            stmt = stmt.where(Device.key == device_key)
+        rows = self._read(lambda connection: connection.execute(stmt).all())
+        return [ResultRow(row.kernel_key, row.kernel_name, row.device_key, row.device_name,
+                          row.backend, result)
+                for row in rows if (result := _queries.result_from_row(row)) is not None]
+
+    def show(self, key_prefix: str) -> list[KernelDetail]:
+        """The kernels whose key starts with `key_prefix`, each with its results and trials."""
+        def work(connection: Connection) -> list[KernelDetail]:
+            kernels = connection.execute(
+                select(Kernel.id, *_queries.KERNEL_COLUMNS)
+                .where(Kernel.key.startswith(key_prefix, autoescape=True))
+                .order_by(Kernel.key)).all()
+            details = []
+            for kernel in kernels:
+                rows = connection.execute(
+                    select(*_queries.DEVICE_COLUMNS, *_queries.RESULT_COLUMNS).select_from(Result)
+                    .join(Device, Device.id == Result.device_id)
+                    .where(Result.kernel_id == kernel.id).order_by(Result.time_s)).all()
+                results = tuple((_queries.device_from_row(row), result) for row in rows
+                                if (result := _queries.result_from_row(row)) is not None)
+                trial_count = connection.execute(
+                    select(func.count()).where(Trial.kernel_id == kernel.id)).scalar_one()
+                details.append(KernelDetail(_queries.kernel_from_row(kernel), results,
+                                            trial_count))
+            return details
+
+        return self._read(work)
+
+    def stats(self) -> dict:
+        """Counts of kernels, devices, results and trials, and where the database is."""
+        def work(connection: Connection) -> dict:
+            counts = {table.__tablename__: connection.execute(
+                select(func.count()).select_from(table)).scalar_one()
+                for table in (Kernel, Device, Result, Trial)}
+            by_backend = dict(connection.execute(
+                select(Device.backend, func.count(Result.id)).select_from(Result)
+                .join(Device, Device.id == Result.device_id).group_by(Device.backend)).all())
+            return {"database": self.where, "revision": self.revision, **counts,
+                    "results_by_backend": by_backend}
+
+        return self._read(work, options=self._backend.snapshot_options)
+
+    def prune(self, *, space_version_below: int | None = None,
+              devices_unseen_days: float | None = None) -> int:
+        """Delete kernels of an old space version and devices not seen for a while.
+
+        Their results and trials go with them. Returns the number of results removed.
+        """
+        old_kernels = gone_devices = None
+        if space_version_below is not None:
+            old_kernels = select(Kernel.id).where(Kernel.space_version < space_version_below)
+        if devices_unseen_days is not None:
+            cutoff = _now() - timedelta(days=devices_unseen_days)
+            gone_devices = select(Device.id).where(Device.last_seen < cutoff)
+        if old_kernels is None and gone_devices is None:
+            return 0
+
+        def owned_by(table):
+            clauses = []
+            if old_kernels is not None:
+                clauses.append(table.kernel_id.in_(old_kernels))
+            if gone_devices is not None:
+                clauses.append(table.device_id.in_(gone_devices))
+            return or_(*clauses)
+
+        def work(connection: Connection) -> int:
+            removed = connection.execute(delete(Result).where(owned_by(Result))).rowcount
+            connection.execute(delete(Trial).where(owned_by(Trial)))
+            if old_kernels is not None:
+                connection.execute(delete(Kernel).where(Kernel.id.in_(old_kernels)))
+            if gone_devices is not None:
+                connection.execute(delete(Device).where(Device.id.in_(gone_devices)))
+            return removed
+
+        return self._write(work)

@@ -1,0 +1,155 @@
+"""The canonical kernel: a loop domain, one expression, one output view.
+
+The domain is the full iteration shape, output axes first, then the reduce axes. The expression
+is a tree of loads (buffer position + view over the domain), constants, elementwise ops and at most
+one reduce over the last `n_reduce` axes. Buffer 0 is the output. The key hashes this structure, so
+the same computation has the same key in every process and on every machine.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tunesearch.graph.dtypes import DType
+from tunesearch.graph.ops import BinaryOps, ReduceOps, UnaryOps
+from tunesearch.graph.view import View
+
+# bumped whenever the meaning of a kernel's structure changes
+KERNEL_FORMAT = 1
+
+
+class KNode:
+    """An immutable expression node. op: "load" (arg=(buffer, view)), "const" (arg=(value, view)),
+    a UnaryOps/BinaryOps member, or a ReduceOps member. Structural equality and a cached hash."""
+    __slots__ = ("op", "src", "arg", "dtype", "_hash", "_text")
+
+    def __init__(self, op, src: tuple, arg: Any, dtype: DType):
+        self.op, self.src, self.arg, self.dtype = op, tuple(src), arg, dtype
+        self._text = None
+        self._hash = hash((op, self.src, arg if op != "load" else (arg[0], arg[1]), dtype.name))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, KNode) and self._hash == other._hash
+                                 and self.text() == other.text())
+
+    def text(self) -> str:
+        """A canonical one-line text of this subtree."""
+        if self._text is None:
+            if self.op == "load":
+                body = f"load(b{self.arg[0]},{self.arg[1].key()})"
+            elif self.op == "const":
+                body = f"const({self.arg[0]!r},{self.arg[1].key()})"
+            else:
+                extra = f",{self.arg.name}" if isinstance(self.arg, DType) else ""
+                body = f"{self.op.name.lower()}({','.join(s.text() for s in self.src)}{extra})"
+            self._text = f"{body}:{self.dtype.name}"
+        return self._text
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def walk(self):
+        """Every node of the tree once, children before parents."""
+        seen, order = set(), []
+
+        def visit(n):
+            if id(n) in seen:
+                return
+            seen.add(id(n))
+            for s in n.src:
+                visit(s)
+            order.append(n)
+        visit(self)
+        return order
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    size: int
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Kernel:
+    domain: tuple[int, ...]
+    n_reduce: int
+    expr: KNode
+    out_view: View
+    buffers: tuple[BufferSpec, ...]
+    key: str = field(init=False)
+    name: str = field(init=False)
+    flops: int = field(init=False)
+    bytes: int = field(init=False)
+
+    def __post_init__(self):
+        text = self.canonical()
+        object.__setattr__(self, "key", "k_" + hashlib.sha256(text.encode()).hexdigest()[:20])
+        prefix = "r" if self.n_reduce else "E"
+        object.__setattr__(self, "name", f"{prefix}_{'_'.join(map(str, self.domain))}")
+        object.__setattr__(self, "flops", _count_flops(self))
+        object.__setattr__(self, "bytes", _count_bytes(self))
+
+    @property
+    def n_out(self) -> int:
+        return len(self.domain) - self.n_reduce
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.domain[:self.n_out]
+
+    @property
+    def reduce(self) -> KNode | None:
+        for node in self.expr.walk():
+            if isinstance(node.op, ReduceOps):
+                return node
+        return None
+
+    def loads(self) -> list[KNode]:
+        return [n for n in self.expr.walk() if n.op == "load"]
+
+    def canonical(self) -> str:
+        bufs = ",".join(f"{b.dtype.name}[{b.size}]" for b in self.buffers)
+        return (f"kernel/{KERNEL_FORMAT} domain={self.domain} reduce={self.n_reduce} "
+                f"bufs={bufs} out={self.out_view.key()} expr={self.expr.text()}")
+
+    def ops_summary(self) -> str:
+        counts: dict[str, int] = {}
+        for node in self.expr.walk():
+            name = node.op if isinstance(node.op, str) else node.op.name.lower()
+            counts[name] = counts.get(name, 0) + 1
+        return " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
+
+
+def _count_flops(kernel: Kernel) -> int:
+    full = math.prod(kernel.domain)
+    out = math.prod(kernel.out_shape)
+    inner: set[int] = set()
+    red = kernel.reduce
+    if red is not None:
+        inner = {id(n) for n in red.src[0].walk()}
+    flops = 0
+    for node in kernel.expr.walk():
+        if isinstance(node.op, (UnaryOps, BinaryOps)) and node.op is not UnaryOps.CAST:
+            flops += full if id(node) in inner else out
+        elif isinstance(node.op, ReduceOps):
+            flops += full
+    return flops
+
+
+def _count_bytes(kernel: Kernel) -> int:
+    """Bytes the kernel must move: the output once, and each input's distinct elements once."""
+    total = kernel.buffers[0].size * kernel.buffers[0].dtype.itemsize
+    read: dict[int, int] = {}
+    for node in kernel.loads():
+        buf, view = node.arg
+        box = view.mask or tuple((0, s) for s in view.shape)
+        touched = math.prod(hi - lo for (lo, hi), st in zip(box, view.strides) if st != 0)
+        read[buf] = min(kernel.buffers[buf].size, read.get(buf, 0) + touched)
+    for buf, count in read.items():
+        total += count * kernel.buffers[buf].dtype.itemsize
+    return total

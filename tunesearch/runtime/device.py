@@ -1,0 +1,137 @@
+"""The device interface: render, compile, allocate, copy, launch, time. Devices register by name.
+
+Adding a device is one file here that subclasses Device and one line in DEVICES. Drivers are
+imported when the device is first used; a missing one raises DeviceUnavailable with an install hint.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from tunesearch.graph.dtypes import DType
+from tunesearch.graph.kernel import Kernel
+from tunesearch.space.config import Config
+from tunesearch.space.target import Target
+
+# name -> "module:Class", imported on first use
+DEVICES: dict[str, str] = {
+    "cpu": "tunesearch.runtime.cpu:CPUDevice",
+    "opencl": "tunesearch.runtime.opencl:OpenCLDevice",
+    "cuda": "tunesearch.runtime.cuda:CUDADevice",
+    "reference": "tunesearch.runtime.reference:ReferenceDevice",
+}
+
+
+class DeviceUnavailable(RuntimeError):
+    """The device cannot be used here; the message says why and what to install."""
+
+
+class CompileError(RuntimeError):
+    """The device's compiler rejected a source; the message holds its log."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a device is, precisely: its fingerprint is the database's device key."""
+    backend: str
+    name: str
+    fingerprint: tuple[tuple[str, Any], ...]
+    target: Target
+
+    @property
+    def key(self) -> str:
+        text = json.dumps(dict(self.fingerprint), sort_keys=True)
+        return f"{self.backend}-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.fingerprint)
+
+
+@dataclass
+class Buffer:
+    device: str
+    size: int
+    dtype: DType
+    handle: Any = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Source:
+    text: str
+    entry: str
+    kernel_key: str
+    n_buffers: int = 0
+    global_size: tuple[int, ...] = ()
+    local_size: tuple[int, ...] = ()
+
+
+class Program:
+    """A loaded kernel: call with buffers; `timed` returns seconds measured by the device."""
+
+    def __init__(self, run: Callable[..., Any], timed: Callable[..., float], source: Source):
+        self.run, self.timed, self.source = run, timed, source
+
+    def __call__(self, buffers: list[Buffer]) -> None:
+        self.run(buffers)
+
+
+class Device(ABC):
+    name: str
+
+    @abstractmethod
+    def info(self) -> DeviceInfo: ...
+
+    @abstractmethod
+    def alloc(self, size: int, dtype: DType) -> Buffer: ...
+
+    @abstractmethod
+    def copyin(self, buffer: Buffer, array: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def copyout(self, buffer: Buffer) -> np.ndarray: ...
+
+    @abstractmethod
+    def render(self, kernel: Kernel, config: Config) -> Source: ...
+
+    @abstractmethod
+    def compile(self, source: Source) -> bytes:
+        """Source to a loadable artifact. Must be safe to call in another process."""
+
+    @abstractmethod
+    def load(self, artifact: bytes, source: Source) -> Program: ...
+
+    def synchronize(self) -> None:
+        pass
+
+    def from_numpy(self, array: np.ndarray, dtype: DType) -> Buffer:
+        buf = self.alloc(array.size, dtype)
+        self.copyin(buf, np.ascontiguousarray(array, dtype.np).reshape(-1))
+        return buf
+
+    def build(self, kernel: Kernel, config: Config) -> Program:
+        source = self.render(kernel, config)
+        return self.load(self.compile(source), source)
+
+
+_instances: dict[str, Device] = {}
+
+
+def device_names() -> list[str]:
+    return list(DEVICES)
+
+
+def get_device(name: str) -> Device:
+    """The device registered under name (one instance per process)."""
+    base = name.split(":")[0].lower()
+    if base not in DEVICES:
+        raise DeviceUnavailable(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
+    if name not in _instances:
+        module, cls = DEVICES[base].split(":")
+        _instances[name] = getattr(importlib.import_module(module), cls)()
+    return _instances[name]

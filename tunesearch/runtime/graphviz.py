@@ -1,0 +1,30 @@
+"""GRAPH=1: a Graphviz drawing of the kernels that really ran, and a PNG/SVG where `dot` exists."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from tunesearch import settings
+
+
+def write_graph(ran: list) -> str:
+    """Write the graph of ran kernels (kernel, device, seconds); returns the .dot path."""
+    path = settings.graph_path()
+    lines = ["digraph kernels {", "  rankdir=TB; node [shape=box, fontname=monospace];"]
+    producer: dict[int, str] = {}
+    for i, (kernel, device, seconds) in enumerate(ran):
+        label = (f"{kernel.name}\\n{device} {seconds * 1e6:.1f} us\\n"
+                 f"{kernel.flops / max(seconds, 1e-9) / 1e9:.2f} GFLOPS")
+        color = "lightblue" if kernel.n_reduce else "lightyellow"
+        lines.append(f'  k{i} [label="{label}", style=filled, fillcolor={color}];')
+        producer[i] = f"k{i}"
+    for i in range(1, len(ran)):
+        lines.append(f"  k{i - 1} -> k{i} [style=dotted];")
+    lines.append("}")
+    path.write_text("\n".join(lines) + "\n")
+    dot = shutil.which("dot")
+    if dot:
+        for fmt in ("svg", "png"):
+            subprocess.run([dot, f"-T{fmt}", str(path), "-o", str(path.with_suffix("." + fmt))],
+                           capture_output=True)
+    return str(path)

@@ -1,0 +1,123 @@
+"""Running a schedule: tuned configs looked up, programs cached, DEBUG lines and GRAPH recorded.
+
+For each kernel the best config for this device key is looked up once per process (a miss, an
+invalid record or a database error falls back to the heuristic default: a lookup never makes a
+run fail). Compiled programs are cached in memory by (kernel key, config).
+"""
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from tunesearch import settings
+from tunesearch.graph.kernel import Kernel
+from tunesearch.graph.schedule import ScheduleItem
+from tunesearch.runtime.device import Device, Program, get_device
+from tunesearch.space.config import Config, ConfigError
+from tunesearch.space.space import space_for
+
+
+@dataclass(frozen=True)
+class Choice:
+    config: Config
+    tuned: bool
+
+
+# a hook the database layer installs: (kernel, device) -> stored config dict or None
+Lookup = Callable[[Kernel, Device], Optional[dict]]
+_lookup: Optional[Lookup] = None
+_choices: dict[tuple[str, str], Choice] = {}
+_programs: dict[tuple[str, str, Config], Program] = {}
+ran_kernels: list[tuple[Kernel, str, float]] = []  # for GRAPH=1: kernel, device, seconds
+
+
+def set_lookup(fn: Optional[Lookup]) -> None:
+    """Install the function that finds a stored config; clears the per-process cache."""
+    global _lookup
+    _lookup = fn
+    _choices.clear()
+
+
+def clear_caches() -> None:
+    _choices.clear()
+    _programs.clear()
+
+
+def choose_config(kernel: Kernel, device: Device) -> Choice:
+    """The config this kernel runs with here: a valid tuned record, else the default."""
+    key = (kernel.key, device.name)
+    if key in _choices:
+        return _choices[key]
+    space = space_for(kernel, device.info().target)
+    choice = Choice(space.default(), False)
+    if _lookup is not None and settings.use_db():
+        try:
+            stored = _lookup(kernel, device)
+        except Exception as exc:  # the database is optional at run time
+            warnings.warn(f"tuned-config lookup failed, using defaults: {exc}", stacklevel=2)
+            stored = None
+        if stored is not None:
+            try:
+                config = Config.from_json(stored)
+                reason = space.validate(config)
+            except ConfigError as exc:
+                reason = str(exc)
+            if reason is None:
+                choice = Choice(config, True)
+            else:
+                warnings.warn(f"ignoring the stored config of {kernel.name} ({kernel.key}): "
+                              f"{reason}", stacklevel=2)
+    _choices[key] = choice
+    return choice
+
+
+def get_program(kernel: Kernel, device: Device, config: Config) -> Program:
+    key = (kernel.key, device.name, config)
+    if key not in _programs:
+        if settings.debug() >= 4:
+            print(device.render(kernel, config).text, file=sys.stderr)
+        _programs[key] = device.build(kernel, config)
+    return _programs[key]
+
+
+def run_schedule(items: list[ScheduleItem]) -> None:
+    """Run every kernel of a schedule, in order, realizing each item's output node."""
+    debug = settings.debug()
+    if debug >= 1 and items:
+        print(f"schedule: {len(items)} kernel{'s' * (len(items) != 1)}", file=sys.stderr)
+    for item in items:
+        device = get_device(item.out.device)
+        kernel = item.kernel
+        choice = choose_config(kernel, device)
+        program = get_program(kernel, device, choice.config)
+        out = device.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
+        buffers = [out] + [node.realized for node in item.inputs]
+        if debug >= 2 or settings.graph():
+            seconds = program.timed(buffers)
+            ran_kernels.append((kernel, device.name, seconds))
+            if debug >= 2:
+                print(debug_line(kernel, device.name, choice, seconds), file=sys.stderr)
+            if debug >= 3:
+                print(f"    config: {choice.config}", file=sys.stderr)
+        else:
+            program(buffers)
+        item.out.realized = out
+    if settings.graph() and items:
+        from tunesearch.runtime.graphviz import write_graph
+        write_graph(ran_kernels)
+
+
+def debug_line(kernel: Kernel, device: str, choice: Choice, seconds: float) -> str:
+    seconds = max(seconds, 1e-9)
+    return (f"{device:<9} {kernel.name:<28} launch {'x'.join(map(str, kernel.out_shape or (1,))):<16}"
+            f" {seconds * 1e6:10.1f} us {kernel.flops / seconds / 1e9:9.2f} GFLOPS"
+            f" {kernel.bytes / seconds / 1e9:8.2f} GB/s  {'tuned' if choice.tuned else 'default'}")
+
+
+def timed_run(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start

@@ -1,0 +1,55 @@
+"""The reference device: kernels run through the numpy interpreter. Slow, simple, trusted."""
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+
+from tunesearch.graph.dtypes import DType
+from tunesearch.graph.kernel import Kernel
+from tunesearch.runtime.device import Buffer, Device, DeviceInfo, Program, Source
+from tunesearch.runtime.interpret import run_kernel
+from tunesearch.space.config import Config
+from tunesearch.space.target import Target
+
+
+class ReferenceDevice(Device):
+    name = "reference"
+
+    def __init__(self):
+        self._kernels: dict[str, Kernel] = {}
+
+    @functools.cache
+    def info(self) -> DeviceInfo:
+        fingerprint = (("backend", "reference"), ("numpy", np.__version__))
+        return DeviceInfo("reference", "numpy", fingerprint, Target("reference"))
+
+    def alloc(self, size: int, dtype: DType) -> Buffer:
+        return Buffer(self.name, size, dtype, np.zeros(size, dtype.np))
+
+    def copyin(self, buffer: Buffer, array: np.ndarray) -> None:
+        buffer.handle[:] = array.reshape(-1)
+
+    def copyout(self, buffer: Buffer) -> np.ndarray:
+        return buffer.handle.copy()
+
+    def render(self, kernel: Kernel, config: Config) -> Source:
+        self._kernels[kernel.key] = kernel
+        return Source(kernel.canonical(), kernel.name, kernel.key)
+
+    def compile(self, source: Source) -> bytes:
+        return source.kernel_key.encode()
+
+    def load(self, artifact: bytes, source: Source) -> Program:
+        kernel = self._kernels[artifact.decode()]
+
+        def run(buffers: list[Buffer]) -> None:
+            buffers[0].handle[:] = run_kernel(kernel, [b.handle for b in buffers[1:]])
+
+        def timed(buffers: list[Buffer]) -> float:
+            start = time.perf_counter()
+            run(buffers)
+            return time.perf_counter() - start
+
+        return Program(run, timed, source)

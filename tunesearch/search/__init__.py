@@ -1,0 +1,36 @@
+"""Tuning kernels: safe, verified measurement and an Optuna search per kernel and device.
+
+    from tunesearch.search import Budget, tune_kernels
+    report = tune_kernels(kernels, "cpu", Budget(trials=50), sampler="tpe", store=store)
+    print(report.to_json())
+
+measure.py measures candidates (compiled in parallel, run in an isolated worker, verified
+against the numpy reference, timed robustly); study.py searches one kernel; samplers.py holds the
+samplers by name; tune.py tunes a list of kernels, shares the budget out and writes the store.
+
+The names below are imported on first use: the worker processes import this package too, and
+they need none of Optuna, SQLAlchemy or rich.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "DeviceMeasurer": "measure", "Measurer": "measure", "SimulatedMeasurer": "measure",
+    "Progress": "progress", "RichProgress": "progress", "summary_table": "progress",
+    "ERROR_KINDS": "results", "Budget": "results", "KernelResult": "results",
+    "MeasureResult": "results", "SearchResult": "results", "Trial": "results",
+    "TuneError": "results", "TuneReport": "results",
+    "DEFAULT_SAMPLER": "samplers", "SAMPLERS": "samplers", "make_sampler": "samplers",
+    "sampler_names": "samplers",
+    "search_kernel": "study", "study_name": "study",
+    "tune_kernels": "tune", "unique_kernels": "tune",
+    "Timing": "worker",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tunesearch.search' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"tunesearch.search.{_EXPORTS[name]}"), name)

@@ -1,0 +1,63 @@
+"""Every setting tunesearch reads from the environment, read in this one place.
+
+DEBUG=1 schedule summary, 2 one line per kernel run, 3 the applied config, 4 the generated source.
+GRAPH=1 writes a Graphviz file of the kernels that ran.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    try:
+        return int(value) if value.strip() else default
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} must be an integer") from None
+
+
+def debug() -> int:
+    """The DEBUG level (0 to 4)."""
+    return _int("DEBUG", 0)
+
+
+def graph() -> bool:
+    return _int("GRAPH", 0) > 0
+
+
+def graph_path() -> Path:
+    return Path(os.environ.get("GRAPH_PATH", "tunesearch_graph.dot"))
+
+
+def default_device() -> str:
+    return os.environ.get("TUNESEARCH_DEVICE", "cpu")
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels and the default database live (XDG cache)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    xdg = xdg if xdg and os.path.isabs(xdg) else os.path.expanduser("~/.cache")
+    base = os.environ.get("TUNESEARCH_CACHE") or os.path.join(xdg, "tunesearch")
+    path = Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def db_url() -> str | None:
+    """The database URL from TUNESEARCH_DB, or None for the default SQLite file."""
+    return os.environ.get("TUNESEARCH_DB") or None
+
+
+def use_db() -> bool:
+    """TUNESEARCH_NODB=1 turns the runtime's database lookups off."""
+    return _int("TUNESEARCH_NODB", 0) == 0
+
+
+def tune_on_miss() -> int:
+    """TUNESEARCH_TUNE=N tunes a kernel with N trials when the runtime finds no record (off: 0)."""
+    return _int("TUNESEARCH_TUNE", 0)
+
+
+def cpu_threads() -> int:
+    return _int("TUNESEARCH_THREADS", os.cpu_count() or 1)

@@ -1,0 +1,197 @@
+"""The CPU knobs: register block (upcast) per output axis, partial sums along the reduce (split),
+unroll of the innermost reduce loop, block loop order, packing of operands into panels, and the
+OpenMP parallel loops with their thread count. Every knob changes the C that lower_cpu writes."""
+from __future__ import annotations
+
+from typing import Any
+
+from tunesearch.graph.kernel import Kernel
+from tunesearch.space.config import Config, ConfigError
+from tunesearch.space.space import (Param, Space, decode, divisors_and_blocks, encode,
+                                    permutations, prod, register)
+
+KNOBS = ("order", "pack", "parallel", "split", "threads", "unroll", "upcast")
+UPCASTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+LAST_UPCASTS = (1, 2, 4, 8, 16, 32, 64)
+MAX_ACCUMULATORS = 256        # floats of accumulators per block: about the register file
+MAX_UNROLLED = 1024           # statements in the unrolled reduce body: bounds compile time
+MAX_UPCAST_AXES = 2           # each blocked axis with a tail doubles the specialized copies
+MAX_SPLIT_BLOCK = 16          # with partial sums, each output lane is a vector of its own
+MAX_ELEMENTWISE_BLOCK = 256
+MAX_PACK_ELEMENTS = 1 << 26
+
+
+def packable(kernel: Kernel) -> tuple[int, ...]:
+    """Loads that can be staged in a panel: one view per buffer, read along the reduce."""
+    if not kernel.n_reduce:
+        return ()
+    views: dict[int, set] = {}
+    for node in kernel.loads():
+        views.setdefault(node.arg[0], set()).add(node.arg[1])
+    out = []
+    for index, vs in sorted(views.items()):
+        if len(vs) == 1:
+            view = next(iter(vs))
+            if any(view.strides[a] != 0 for a in range(kernel.n_out, len(kernel.domain))):
+                out.append(index)
+    return tuple(out)
+
+
+def _subsets(items: tuple[int, ...]) -> list[tuple[int, ...]]:
+    out = [()]
+    for item in items:
+        out += [s + (item,) for s in out]
+    return out
+
+
+@register("cpu")
+class CPUSpace(Space):
+
+    def parameters(self) -> list[Param]:
+        k = self.kernel
+        # the last axis is the vectorized lane loop: whole vectors keep it free of epilogues
+        params = [Param(f"upcast.{a}", divisors_and_blocks(
+            k.domain[a], UPCASTS if a < k.n_out - 1 else LAST_UPCASTS)) for a in range(k.n_out)]
+        if k.n_out > 1:
+            params.append(Param("order", tuple(encode(p) for p in permutations(k.n_out))))
+        if k.n_reduce:
+            params.append(Param("split", divisors_and_blocks(k.domain[-1], (1, 2, 4, 8, 16, 32))))
+            params.append(Param("unroll", (1, 2, 4, 8)))
+            packs = _subsets(packable(k))
+            if len(packs) > 1:
+                params.append(Param("pack", tuple(encode(p) for p in packs)))
+        if k.n_out and self.target.threads > 1:
+            params.append(Param("parallel", tuple(range(min(2, k.n_out) + 1))))
+            counts = sorted({t for t in (2, 4, 8, 16, 32, 64) if t <= self.target.threads}
+                            | {self.target.threads})
+            params.append(Param("threads", tuple(counts), when=("parallel", (1, 2))))
+        return params
+
+    def config_from(self, values: dict[str, Any]) -> Config:
+        k = self.kernel
+        parallel = values.get("parallel", 0)
+        return Config.make(
+            upcast=tuple(values.get(f"upcast.{a}", 1) for a in range(k.n_out)),
+            order=decode(values["order"]) if "order" in values else tuple(range(k.n_out)),
+            split=values.get("split", 1), unroll=values.get("unroll", 1),
+            pack=decode(values.get("pack", "")), parallel=parallel,
+            threads=values.get("threads", 1) if parallel else 1)
+
+    def params_of(self, config: Config) -> dict[str, Any]:
+        names = {p.name for p in self.parameters()}
+        values: dict[str, Any] = {f"upcast.{a}": u for a, u in enumerate(config.get("upcast"))}
+        values.update(order=encode(config.get("order")), split=config.get("split"),
+                      unroll=config.get("unroll"), pack=encode(config.get("pack")),
+                      parallel=config.get("parallel"))
+        if config.get("parallel"):
+            values["threads"] = config.get("threads")
+        return {k: v for k, v in values.items() if k in names}
+
+    def check(self, config: Config) -> None:
+        k = self.kernel
+        knobs = dict(config.knobs)
+        unknown = set(knobs) - set(KNOBS)
+        if unknown:
+            raise ConfigError(f"unknown knobs for cpu: {', '.join(sorted(unknown))}")
+        missing = set(KNOBS) - set(knobs)
+        if missing:
+            raise ConfigError(f"missing knobs: {', '.join(sorted(missing))}")
+        upcast, order = knobs["upcast"], knobs["order"]
+        for name in ("split", "unroll", "parallel", "threads"):
+            if not isinstance(knobs[name], int):
+                raise ConfigError(f"{name} must be an integer, got {knobs[name]!r}")
+        if not isinstance(upcast, tuple) or len(upcast) != k.n_out:
+            raise ConfigError(f"upcast needs {k.n_out} values, got {upcast!r}")
+        for a, u in enumerate(upcast):
+            if not isinstance(u, int) or not 1 <= u <= k.domain[a]:
+                raise ConfigError(f"upcast {u!r} of axis {a} is not in 1..{k.domain[a]}")
+        if sum(1 for u in upcast if u > 1) > MAX_UPCAST_AXES:
+            raise ConfigError(f"upcast on more than {MAX_UPCAST_AXES} axes: {upcast}")
+        if not isinstance(order, tuple) or sorted(order) != list(range(k.n_out)):
+            raise ConfigError(f"order {order!r} is not a permutation of {k.n_out} axes")
+        split, unroll = knobs["split"], knobs["unroll"]
+        if not 1 <= unroll <= 32:
+            raise ConfigError(f"unroll {unroll} is not in 1..32")
+        if k.n_reduce:
+            if not 1 <= split <= min(64, k.domain[-1]):
+                raise ConfigError(f"split {split} is not in 1..{min(64, k.domain[-1])}")
+            if prod(upcast) * split > MAX_ACCUMULATORS:
+                raise ConfigError(f"{prod(upcast) * split} accumulators exceed {MAX_ACCUMULATORS}")
+            if split > 1 and prod(upcast) > MAX_SPLIT_BLOCK:
+                raise ConfigError(f"with split {split} the block of {prod(upcast)} outputs "
+                                  f"exceeds {MAX_SPLIT_BLOCK} vector accumulators")
+            if prod(upcast) * split * unroll > MAX_UNROLLED:
+                raise ConfigError(f"block {prod(upcast)} x split {split} x unroll {unroll} "
+                                  f"exceeds {MAX_UNROLLED} unrolled statements")
+        else:
+            if split != 1 or unroll != 1:
+                raise ConfigError("split and unroll need a reduce axis")
+            if prod(upcast) > MAX_ELEMENTWISE_BLOCK:
+                raise ConfigError(f"a block of {prod(upcast)} exceeds {MAX_ELEMENTWISE_BLOCK}")
+        pack = knobs["pack"]
+        if not isinstance(pack, tuple) or len(set(pack)) != len(pack):
+            raise ConfigError(f"pack must be a list of distinct buffer numbers, got {pack!r}")
+        allowed = packable(k)
+        for index in pack:
+            if index not in allowed:
+                raise ConfigError(f"buffer {index!r} cannot be packed (packable: {allowed})")
+        parallel, threads = knobs["parallel"], knobs["threads"]
+        if not 0 <= parallel <= min(2, k.n_out):
+            raise ConfigError(f"parallel {parallel} is not in 0..{min(2, k.n_out)}")
+        if parallel == 0 and threads != 1:
+            raise ConfigError("threads > 1 needs a parallel loop")
+        if not 1 <= threads <= max(1, 4 * self.target.threads):
+            raise ConfigError(f"threads {threads} is not in 1..{4 * self.target.threads}")
+        from tunesearch.space.lower_cpu import _PackInfo
+        for index in pack:
+            if _PackInfo(k, index, upcast).size > MAX_PACK_ELEMENTS:
+                raise ConfigError(f"the panel for buffer {index} is too large")
+
+    def naive(self) -> Config:
+        n_out = self.kernel.n_out
+        return Config.make(upcast=(1,) * n_out, order=tuple(range(n_out)), split=1, unroll=1,
+                           pack=(), parallel=0, threads=1)
+
+    def default(self) -> Config:
+        """A hand-written choice: register blocks like a BLAS micro-kernel where there is a
+        matmul-like reduce, partial sums where the reduce is contiguous, vector-wide blocks for
+        elementwise work, and the outer loop over the threads when the work is large enough."""
+        k = self.kernel
+        n_out, domain = k.n_out, k.domain
+        upcast = [1] * n_out
+        split, unroll, pack = 1, 1, ()
+        loads = [n.arg[1] for n in k.loads()]
+        if k.n_reduce:
+            inner_contig = any(v.strides[-1] == 1 for v in loads)
+            lane_axes = [a for a in range(n_out) if domain[a] > 1]
+            last = lane_axes[-1] if lane_axes else None
+            row = lane_axes[-2] if len(lane_axes) > 1 else None
+            # matmul-like: some load varies along the last output axis but not the reduce
+            matmul = last is not None and any(v.strides[last] != 0 for v in loads) and \
+                any(v.strides[last] == 0 for v in loads)
+            if matmul and row is not None:
+                upcast[last] = min(32, domain[last])
+                upcast[row] = min(6, domain[row])
+                unroll = 4
+                pack = tuple(i for i in packable(k)
+                             if any(n.arg[0] == i and n.arg[1].strides[last] != 0
+                                    for n in k.loads()))
+            elif inner_contig:
+                split = max(s for s in (1, 2, 4, 8, 16) if s <= domain[-1])
+                if last is not None:
+                    upcast[last] = min(4, domain[last])
+                unroll = 2
+            elif last is not None:
+                upcast[last] = min(32, domain[last])
+                unroll = 2
+        elif n_out:
+            upcast[-1] = max(u for u in (1, 2, 4, 8, 16, 32) if u <= domain[-1])
+        blocks = [-(-domain[a] // upcast[a]) for a in range(n_out)]
+        order = tuple(sorted(range(n_out), key=lambda a: -blocks[a])) if n_out > 1 else \
+            tuple(range(n_out))
+        work = max(k.flops, k.bytes)
+        parallel = 1 if n_out and self.target.threads > 1 and work > 1 << 18 \
+            and blocks[order[0]] > 1 else 0
+        threads = self.target.threads if parallel else 1
+        return Config.make(upcast=tuple(upcast), order=order, split=split, unroll=unroll,
+                           pack=pack, parallel=parallel, threads=threads)

@@ -1,0 +1,170 @@
+"""The search space of one kernel on one target: its knobs, their validity, the default.
+
+A space describes itself as a list of parameters (name, choices, and the condition under which it
+is active), so a search engine can sample it define-by-run; `config_from` turns sampled values
+into a Config and `validate` says why a config is invalid, or returns None.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from tunesearch.graph.kernel import Kernel
+from tunesearch.space.config import Config, ConfigError
+from tunesearch.space.target import Target
+
+
+@dataclass(frozen=True)
+class Param:
+    """One sampled choice. Choices are ints or strings (lists are encoded "1,0")."""
+    name: str
+    choices: tuple
+    when: tuple[str, tuple] | None = None  # active only if that param's value is in the tuple
+
+
+def encode(values) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def decode(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(",")) if text else ()
+
+
+class Space(ABC):
+    """The knobs of one kernel for one device family."""
+
+    def __init__(self, kernel: Kernel, target: Target):
+        self.kernel, self.target = kernel, target
+
+    @abstractmethod
+    def parameters(self) -> list[Param]: ...
+
+    @abstractmethod
+    def config_from(self, values: dict[str, Any]) -> Config: ...
+
+    @abstractmethod
+    def params_of(self, config: Config) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def check(self, config: Config) -> None:
+        """Raise ConfigError saying why config does not fit this kernel and target."""
+
+    @abstractmethod
+    def default(self) -> Config: ...
+
+    @abstractmethod
+    def naive(self) -> Config: ...
+
+    def validate(self, config: Any) -> str | None:
+        """None if config is valid here, else the reason. Never raises on bad data."""
+        try:
+            if not isinstance(config, Config):
+                raise ConfigError(f"not a Config: {type(config).__name__}")
+            self.check(config)
+        except ConfigError as exc:
+            return str(exc)
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
+            return f"malformed config: {exc}"
+        return None
+
+    def size(self) -> int:
+        """The number of points in the parameter grid (valid or not)."""
+        total = 0
+        for _ in self._grid():
+            total += 1
+            if total > 10**6:
+                break
+        return total
+
+    def enumerate(self, limit: int = 100_000) -> Iterator[Config]:
+        """Every valid config, for spaces small enough to sweep."""
+        seen: set[Config] = set()
+        for count, values in enumerate(self._grid()):
+            if count >= limit:
+                return
+            config = self.config_from(values)
+            if config not in seen and self.validate(config) is None:
+                seen.add(config)
+                yield config
+
+    def _grid(self) -> Iterator[dict[str, Any]]:
+        params = self.parameters()
+
+        def expand(i: int, values: dict[str, Any]):
+            if i == len(params):
+                yield dict(values)
+                return
+            p = params[i]
+            if p.when is not None and values.get(p.when[0]) not in p.when[1]:
+                yield from expand(i + 1, values)
+                return
+            for choice in p.choices:
+                values[p.name] = choice
+                yield from expand(i + 1, values)
+                del values[p.name]
+        yield from expand(0, {})
+
+
+# family name -> Space class; device families register here
+SPACES: dict[str, type[Space]] = {}
+
+
+def register(family: str):
+    def wrap(cls):
+        SPACES[family] = cls
+        return cls
+    return wrap
+
+
+def space_for(kernel: Kernel, target: Target) -> Space:
+    if target.family not in SPACES:
+        if target.family == "gpu":
+            import tunesearch.space.gpu_space  # noqa: F401  (registers itself)
+        elif target.family == "cpu":
+            import tunesearch.space.cpu_space  # noqa: F401
+    if target.family not in SPACES:
+        return TrivialSpace(kernel, target)
+    return SPACES[target.family](kernel, target)
+
+
+class TrivialSpace(Space):
+    """One config for devices without knobs (the reference interpreter)."""
+
+    def parameters(self) -> list[Param]:
+        return []
+
+    def config_from(self, values):
+        return Config.make()
+
+    def params_of(self, config):
+        return {}
+
+    def check(self, config):
+        if config.knobs:
+            raise ConfigError(f"this device has no knobs, got {sorted(dict(config.knobs))}")
+
+    def default(self):
+        return Config.make()
+
+    def naive(self):
+        return Config.make()
+
+
+def divisors_and_blocks(size: int, candidates) -> tuple[int, ...]:
+    """Candidate block sizes for an axis: those not above its size, plus the size when small."""
+    out = sorted({c for c in candidates if c <= size} | ({size} if size <= max(candidates) else set()))
+    return tuple(out) or (1,)
+
+
+def permutations(n: int, limit: int = 24) -> list[tuple[int, ...]]:
+    perms = list(itertools.islice(itertools.permutations(range(n)), limit))
+    if n > 0 and tuple(reversed(range(n))) not in perms:
+        perms.append(tuple(reversed(range(n))))
+    return perms
+
+
+def prod(values) -> int:
+    return math.prod(values)

@@ -1,0 +1,585 @@
+"""The torch-like Tensor: every operation is recorded lazily and built from the small op set.
+
+    >>> from tunesearch import Tensor
+    >>> x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> (x @ x).relu().sum(axis=1).numpy()
+    array([17., 37.], dtype=float32)
+
+Errors (shape mismatches, bad axes, bad reshapes, unsupported dtypes) are raised at the call that
+caused them, naming the op, the shapes and the problem.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from tunesearch import settings
+from tunesearch.graph import lazy
+from tunesearch.graph.dtypes import DType, dtypes, result_dtype
+from tunesearch.graph.lazy import LazyNode
+from tunesearch.graph.ops import BinaryOps, MovementOps, ReduceOps, UnaryOps
+from tunesearch.graph.schedule import create_schedule, realize_target
+from tunesearch.runtime.device import get_device
+from tunesearch.runtime.realize import run_schedule
+from tunesearch.tensor_nn import NNMixin
+
+LOG2_E = math.log2(math.e)
+LN_2 = math.log(2)
+
+
+class ShapeError(ValueError):
+    """A shape, axis or argument that an op cannot take."""
+
+
+def _err(op: str, shapes, problem: str) -> ShapeError:
+    shapes = ", ".join(str(tuple(s)) for s in shapes)
+    return ShapeError(f"{op}: {problem} (shapes {shapes})")
+
+
+def _as_dtype(dtype) -> DType | None:
+    if dtype is None or isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str):
+        return dtypes.by_name(dtype)
+    return dtypes.from_numpy(dtype)
+
+
+class Tensor(NNMixin):
+    __slots__ = ("node",)
+
+    def __init__(self, data: Any, device: str | None = None, dtype=None):
+        if isinstance(data, LazyNode):
+            self.node = data
+            return
+        device = device or settings.default_device()
+        if isinstance(data, Tensor):
+            data = data.numpy()
+        array = np.asarray(data)
+        dt = _as_dtype(dtype) or dtypes.from_numpy(array.dtype if array.dtype != np.float64
+                                                   else np.float32)
+        array = np.ascontiguousarray(array, dt.np)
+        buffer = get_device(device).from_numpy(array, dt)
+        self.node = lazy.buffer_node(buffer, array.shape, dt, device)
+
+    # ---- properties
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.node.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.node.dtype
+
+    @property
+    def device(self) -> str:
+        return self.node.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<Tensor {self.shape} {self.dtype.name} on {self.device}>"
+
+    # ---- creation
+    @staticmethod
+    def full(shape, value, dtype=None, device: str | None = None) -> "Tensor":
+        shape = _shape_arg(shape)
+        dt = _as_dtype(dtype) or (dtypes.float32 if isinstance(value, float) else
+                                  dtypes.bool if isinstance(value, bool) else
+                                  dtypes.int32 if isinstance(value, int) else dtypes.float32)
+        return Tensor(lazy.const(value, shape, dt, device or settings.default_device()))
+
+    @staticmethod
+    def zeros(*shape, dtype=None, device=None) -> "Tensor":
+        return Tensor.full(shape, 0.0, dtype, device)
+
+    @staticmethod
+    def ones(*shape, dtype=None, device=None) -> "Tensor":
+        return Tensor.full(shape, 1.0, dtype, device)
+
+    @staticmethod
+    def arange(start, stop=None, step=1, dtype=None, device=None) -> "Tensor":
+        if stop is None:
+            start, stop = 0, start
+        values = np.arange(start, stop, step)
+        dt = _as_dtype(dtype) or (dtypes.int32 if values.dtype.kind in "iu" else dtypes.float32)
+        return Tensor(values, device=device, dtype=dt)
+
+    @staticmethod
+    def rand(*shape, seed: int | None = None, device=None) -> "Tensor":
+        rng = np.random.default_rng(seed)
+        return Tensor(rng.random(_shape_arg(shape), dtype=np.float32), device=device)
+
+    @staticmethod
+    def randn(*shape, seed: int | None = None, device=None) -> "Tensor":
+        rng = np.random.default_rng(seed)
+        return Tensor(rng.standard_normal(_shape_arg(shape), dtype=np.float32), device=device)
+
+    def _const(self, value, dtype: DType | None = None) -> "Tensor":
+        return Tensor(lazy.const(value, self.shape, dtype or self.dtype, self.device))
+
+    # ---- realization
+    def realize(self) -> "Tensor":
+        node = self.node
+        target = realize_target(node)
+        if target is not None and target.realized is not None:
+            return self
+        run_schedule(create_schedule([node]))
+        if target is None:
+            self.node = lazy.load(node)
+        return self
+
+    def numpy(self) -> np.ndarray:
+        self.realize()
+        base = realize_target(self.node)
+        buffer = base.realized
+        return get_device(buffer.device).copyout(buffer).reshape(self.shape)
+
+    def item(self):
+        return self.numpy().reshape(-1)[0].item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def to(self, device: str) -> "Tensor":
+        return Tensor(self.numpy(), device=device)
+
+    # ---- elementwise plumbing
+    def _operand(self, other, op: str) -> tuple["Tensor", "Tensor"]:
+        if not isinstance(other, Tensor):
+            if isinstance(other, (np.ndarray, list, tuple)):
+                other = Tensor(np.asarray(other), device=self.device)
+            else:
+                dt = self.dtype if not (isinstance(other, float) and not self.dtype.is_float) \
+                    else dtypes.float32
+                if isinstance(other, bool) and self.dtype is dtypes.bool:
+                    dt = dtypes.bool
+                other = Tensor(lazy.const(other, (), dt, self.device))
+        if other.device != self.device:
+            raise _err(op, [self.shape, other.shape],
+                       f"tensors are on different devices ({self.device}, {other.device})")
+        a, b = self, other
+        dt = result_dtype(a.dtype, b.dtype)
+        a, b = a.cast(dt), b.cast(dt)
+        shape = _broadcast_shape(a.shape, b.shape, op)
+        return a._broadcast_to(shape), b._broadcast_to(shape)
+
+    def _broadcast_to(self, shape: tuple[int, ...]) -> "Tensor":
+        if self.shape == shape:
+            return self
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        return self.reshape(padded).expand(shape)
+
+    def _binary(self, op: BinaryOps, other, name: str) -> "Tensor":
+        a, b = self._operand(other, name)
+        return Tensor(lazy.elementwise(op, a.node, b.node))
+
+    def _unary(self, op: UnaryOps) -> "Tensor":
+        x = self if self.dtype.is_float or op is UnaryOps.NEG else self.float()
+        return Tensor(lazy.elementwise(op, x.node))
+
+    def cast(self, dtype) -> "Tensor":
+        dt = _as_dtype(dtype)
+        if dt == self.dtype:
+            return self
+        return Tensor(lazy.elementwise(UnaryOps.CAST, self.node, arg=dt))
+
+    def float(self) -> "Tensor":
+        return self.cast(dtypes.float32)
+
+    def int(self) -> "Tensor":
+        return self.cast(dtypes.int32)
+
+    # ---- the op set, and arithmetic built on it
+    def __add__(self, other): return self._binary(BinaryOps.ADD, other, "add")
+    def __radd__(self, other): return self.__add__(other)
+    def __mul__(self, other): return self._binary(BinaryOps.MUL, other, "mul")
+    def __rmul__(self, other): return self.__mul__(other)
+    def __neg__(self): return self._unary(UnaryOps.NEG)
+    def __sub__(self, other): a, b = self._operand(other, "sub"); return a + (-b)
+    def __rsub__(self, other): return (-self) + other
+
+    def __truediv__(self, other):
+        a, b = self._operand(other, "div")
+        if not a.dtype.is_float:
+            a, b = a.float(), b.float()
+        return a * b.reciprocal()
+
+    def __rtruediv__(self, other):
+        a, b = self._operand(other, "div")
+        return b / a
+
+    def __floordiv__(self, other):
+        a, b = self._operand(other, "floordiv")
+        if a.dtype.is_float:
+            return (a / b).floor()
+        q = Tensor(lazy.elementwise(BinaryOps.IDIV, a.node, b.node))
+        # C truncates; Python floors: step down where the signs differ and it was inexact
+        fix = ((a - q * b).ne(0)) & ((a < 0).ne(b < 0))
+        return q - fix.int()
+
+    def __mod__(self, other):
+        a, b = self._operand(other, "mod")
+        if a.dtype.is_float:
+            return a - (a / b).floor() * b
+        return a - (a // b) * b
+
+    def __pow__(self, exponent):
+        if isinstance(exponent, (int, float)) and float(exponent).is_integer() and \
+                abs(exponent) <= 8:
+            n = int(abs(exponent))
+            out = self._const(1.0 if self.dtype.is_float else 1)
+            base = self
+            while n:
+                if n & 1:
+                    out = out * base
+                base, n = base * base, n >> 1
+            return out.reciprocal() if exponent < 0 else out
+        if isinstance(exponent, (int, float)) and exponent == 0.5:
+            return self.sqrt()
+        a, b = self._operand(exponent, "pow")
+        a, b = a.float(), b.float()
+        magnitude = (b * a.abs().log2()).exp2()
+        # a negative base with an odd integer exponent is negative
+        odd = ((b.abs() % 2) - 1).abs() < 1e-6
+        return (a < 0).where(odd.where(-magnitude, magnitude), magnitude)
+
+    def __rpow__(self, base):
+        return self._const(base, dtypes.float32) ** self
+
+    def __matmul__(self, other): return self.matmul(other)
+    def __rmatmul__(self, other): return Tensor(np.asarray(other), self.device).matmul(self)
+    def __lt__(self, other): return self._binary(BinaryOps.CMPLT, other, "lt")
+    def __gt__(self, other): a, b = self._operand(other, "gt"); return b < a
+    def __le__(self, other): return (self > other).logical_not()
+    def __ge__(self, other): return (self < other).logical_not()
+    def eq(self, other): return self._binary(BinaryOps.CMPEQ, other, "eq")
+    def ne(self, other): return self.eq(other).logical_not()
+    def __and__(self, other): return self._binary(BinaryOps.MUL, other, "and")
+    def __or__(self, other): return self._binary(BinaryOps.ADD, other, "or")
+    def logical_not(self): return Tensor(lazy.elementwise(UnaryOps.NEG, self.cast(dtypes.bool).node))
+    def maximum(self, other): return self._binary(BinaryOps.MAX, other, "maximum")
+    def minimum(self, other): return -((-self).maximum(-other))
+
+    def where(self, a, b) -> "Tensor":
+        """self ? a : b, broadcast together."""
+        cond = self.cast(dtypes.bool)
+        if not isinstance(a, Tensor):
+            a = (b if isinstance(b, Tensor) else cond)._scalar_like(a)
+        x, y = a._operand(b, "where")
+        shape = _broadcast_shape(cond.shape, x.shape, "where")
+        cond, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
+        return Tensor(lazy.elementwise(BinaryOps.WHERE, cond.node, x.node, y.node))
+
+    def _scalar_like(self, value) -> "Tensor":
+        dt = dtypes.float32 if isinstance(value, float) or self.dtype is dtypes.bool \
+            else self.dtype
+        return Tensor(lazy.const(value, (), dt, self.device))
+
+    # unary math
+    def exp2(self): return self._unary(UnaryOps.EXP2)
+    def log2(self): return self._unary(UnaryOps.LOG2)
+    def sqrt(self): return self._unary(UnaryOps.SQRT)
+    def reciprocal(self): return self._unary(UnaryOps.RECIP)
+    def sin(self): return self._unary(UnaryOps.SIN)
+    def cos(self): return ((math.pi / 2) - self.float()).sin()
+    def exp(self): return (self.float() * LOG2_E).exp2()
+    def log(self): return self.log2() * LN_2
+    def rsqrt(self): return self.sqrt().reciprocal()
+    def relu(self): return self.maximum(0.0 if self.dtype.is_float else 0)
+    def sigmoid(self): return (1.0 + (-self.float()).exp()).reciprocal()
+    def tanh(self): return 2.0 * (2.0 * self.float()).sigmoid() - 1.0
+    def abs(self): return self.maximum(-self)
+    def sign(self): return (self > 0).float() - (self < 0).float()
+    def square(self): return self * self
+    def leaky_relu(self, slope: float = 0.01): return (self < 0).where(self * slope, self)
+    def clip(self, lo=None, hi=None):
+        out = self
+        if lo is not None:
+            out = out.maximum(lo)
+        if hi is not None:
+            out = out.minimum(hi)
+        return out
+
+    def floor(self):
+        t = self.int().float()  # truncates toward zero
+        return (self < t).where(t - 1.0, t)
+
+    def ceil(self): return -((-self).floor())
+    def round(self): return (self + 0.5).floor()
+
+    def erf(self):
+        # Abramowitz-Stegun 7.1.26 (max error 1.5e-7), sign restored
+        x = self.float()
+        ax = x.abs()
+        t = (1.0 + 0.3275911 * ax).reciprocal()
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
+            -1.453152027 + t * 1.061405429))))
+        y = 1.0 - poly * (-(ax * ax)).exp()
+        return (x < 0).where(-y, y)
+
+    def gelu(self, approximate: str = "none"):
+        x = self.float()
+        if approximate == "tanh":
+            return 0.5 * x * (1.0 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh())
+        return 0.5 * x * (1.0 + (x * 0.7071067811865476).erf())
+
+    # ---- reduce
+    def _axes(self, axis, op: str) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        out = []
+        for a in axes:
+            if not -self.ndim <= a < max(self.ndim, 1):
+                raise _err(op, [self.shape], f"axis {a} is out of range for {self.ndim} dims")
+            out.append(a % max(self.ndim, 1))
+        if len(set(out)) != len(out):
+            raise _err(op, [self.shape], f"repeated axis in {axes}")
+        return tuple(sorted(out))
+
+    def _reduce(self, op: ReduceOps, axis, keepdim: bool, name: str) -> "Tensor":
+        axes = self._axes(axis, name)
+        x = self if self.dtype is not dtypes.bool else self.int()
+        out = Tensor(lazy.reduce(op, x.node, axes)) if axes else x
+        if keepdim:
+            return out
+        return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis=None, keepdim: bool = False):
+        return self._reduce(ReduceOps.SUM, axis, keepdim, "sum")
+
+    def max(self, axis=None, keepdim: bool = False):
+        return self._reduce(ReduceOps.MAX, axis, keepdim, "max")
+
+    def min(self, axis=None, keepdim: bool = False):
+        x = self.int() if self.dtype is dtypes.bool else self  # -bool is logical not
+        return -((-x).max(axis, keepdim))
+
+    def mean(self, axis=None, keepdim: bool = False):
+        axes = self._axes(axis, "mean")
+        count = math.prod(self.shape[a] for a in axes) or 1
+        return self.float().sum(axis, keepdim) * (1.0 / count)
+
+    def var(self, axis=None, keepdim: bool = False, correction: int = 1):
+        axes = self._axes(axis, "var")
+        count = math.prod(self.shape[a] for a in axes)
+        diff = self - self.mean(axes, keepdim=True)
+        return (diff * diff).sum(axes, keepdim) * (1.0 / max(count - correction, 1))
+
+    def std(self, axis=None, keepdim: bool = False, correction: int = 1):
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def argmax(self, axis: int = -1, keepdim: bool = False):
+        axis = self._axes(axis, "argmax")[0]
+        n = self.shape[axis]
+        idx = Tensor.arange(n, 0, -1, device=self.device).reshape(
+            [n if i == axis else 1 for i in range(self.ndim)])
+        hit = self.eq(self.max(axis, keepdim=True))
+        return (n - (hit * idx).max(axis, keepdim)).cast(dtypes.int32)
+
+    # ---- movement
+    def reshape(self, *shape) -> "Tensor":
+        shape = _shape_arg(shape)
+        if shape.count(-1) > 1:
+            raise _err("reshape", [self.shape], f"only one -1 is allowed in {shape}")
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            if known == 0 or self.numel() % known:
+                raise _err("reshape", [self.shape], f"cannot infer -1 in {shape}")
+            shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+        if any(s < 0 for s in shape) or math.prod(shape) != self.numel():
+            raise _err("reshape", [self.shape], f"cannot reshape {self.numel()} elements to "
+                       f"{shape}")
+        if shape == self.shape:
+            return self
+        return Tensor(lazy.movement(self.node, MovementOps.RESHAPE, shape))
+
+    def view(self, *shape): return self.reshape(*shape)
+
+    def permute(self, *order) -> "Tensor":
+        order = _shape_arg(order)
+        order = tuple(o % max(self.ndim, 1) for o in order)
+        if sorted(order) != list(range(self.ndim)):
+            raise _err("permute", [self.shape], f"{order} is not a permutation of {self.ndim} dims")
+        if order == tuple(range(self.ndim)):
+            return self
+        return Tensor(lazy.movement(self.node, MovementOps.PERMUTE, order))
+
+    def transpose(self, dim0: int = -2, dim1: int = -1) -> "Tensor":
+        order = list(range(self.ndim))
+        order[dim0], order[dim1] = order[dim1], order[dim0]
+        return self.permute(order)
+
+    @property
+    def T(self) -> "Tensor":
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def expand(self, *shape) -> "Tensor":
+        shape = _shape_arg(shape)
+        if len(shape) < self.ndim:
+            raise _err("expand", [self.shape], f"cannot expand to fewer dims {shape}")
+        x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) \
+            if len(shape) > self.ndim else self
+        shape = tuple(s if t == -1 else t for s, t in zip(x.shape, shape))
+        for s, t in zip(x.shape, shape):
+            if s != t and s != 1:
+                raise _err("expand", [self.shape], f"cannot expand to {shape}: a dim of size "
+                           f"{s} can only stay {s}")
+        if shape == x.shape:
+            return x
+        return Tensor(lazy.movement(x.node, MovementOps.EXPAND, shape))
+
+    def pad(self, padding: Sequence[tuple[int, int]], value: float = 0.0) -> "Tensor":
+        """Pad each axis by (before, after); negative amounts shrink."""
+        padding = [tuple(p) for p in padding]
+        if len(padding) != self.ndim or any(len(p) != 2 for p in padding):
+            raise _err("pad", [self.shape], f"need one (before, after) per dim, got {padding}")
+        shrink = [(max(0, -b), s - max(0, -a)) for (b, a), s in zip(padding, self.shape)]
+        x = self.shrink(shrink) if any(p < 0 for pair in padding for p in pair) else self
+        grow = tuple((max(0, b), max(0, a)) for b, a in padding)
+        if all(p == (0, 0) for p in grow):
+            return x
+        out = Tensor(lazy.movement(x.node, MovementOps.PAD, grow))
+        if value != 0:
+            inside = Tensor(lazy.movement(x._const(True, dtypes.bool).node, MovementOps.PAD, grow))
+            out = inside.where(out, out._scalar_like(value))
+        return out
+
+    def shrink(self, arg: Sequence[tuple[int, int]]) -> "Tensor":
+        arg = tuple((int(lo), int(hi)) for lo, hi in arg)
+        if len(arg) != self.ndim or any(not 0 <= lo <= hi <= s for (lo, hi), s in
+                                        zip(arg, self.shape)):
+            raise _err("shrink", [self.shape], f"bad ranges {arg}")
+        if all(lo == 0 and hi == s for (lo, hi), s in zip(arg, self.shape)):
+            return self
+        return Tensor(lazy.movement(self.node, MovementOps.SHRINK, arg))
+
+    def flip(self, axis) -> "Tensor":
+        axes = self._axes(axis, "flip")
+        return Tensor(lazy.movement(self.node, MovementOps.FLIP, axes)) if axes else self
+
+    def squeeze(self, axis=None) -> "Tensor":
+        if axis is None:
+            return self.reshape([s for s in self.shape if s != 1])
+        axes = self._axes(axis, "squeeze")
+        for a in axes:
+            if self.shape[a] != 1:
+                raise _err("squeeze", [self.shape], f"axis {a} has size {self.shape[a]}, not 1")
+        return self.reshape([s for i, s in enumerate(self.shape) if i not in axes])
+
+    def unsqueeze(self, axis: int) -> "Tensor":
+        axis = axis % (self.ndim + 1)
+        return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
+
+    def flatten(self, start: int = 0, end: int = -1) -> "Tensor":
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = start % self.ndim, end % self.ndim
+        return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1:])
+
+    def contiguous(self) -> "Tensor":
+        return self.realize()
+
+    def __getitem__(self, index) -> "Tensor":
+        from tunesearch.tensor_index import getitem
+        return getitem(self, index)
+
+    def matmul(self, other: "Tensor") -> "Tensor":
+        """Batched matmul with broadcasting, as one multiply-and-sum kernel."""
+        if not isinstance(other, Tensor):
+            other = Tensor(np.asarray(other, np.float32), self.device)
+        a, b = self, other
+        if a.ndim == 0 or b.ndim == 0:
+            raise _err("matmul", [a.shape, b.shape], "both operands need at least 1 dim")
+        a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
+        b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
+        if a2.shape[-1] != b2.shape[-2]:
+            raise _err("matmul", [a.shape, b.shape],
+                       f"inner dims differ: {a2.shape[-1]} != {b2.shape[-2]}")
+        batch = _broadcast_shape(a2.shape[:-2], b2.shape[:-2], "matmul")
+        m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+        x = a2.reshape(a2.shape[:-1] + (1, k))._broadcast_to(batch + (m, n, k))
+        y = b2.transpose(-1, -2).reshape(b2.shape[:-2] + (1, n, k))._broadcast_to(
+            batch + (m, n, k))
+        x, y = x._operand(y, "matmul")
+        out = (x * y).sum(-1)
+        if a.ndim == 1:
+            out = out.squeeze(-2)
+        if b.ndim == 1:
+            out = out.squeeze(-1)
+        return out
+
+    dot = matmul
+
+    # ---- joining
+    @staticmethod
+    def cat(tensors: Sequence["Tensor"], dim: int = 0) -> "Tensor":
+        first = tensors[0]
+        dim = dim % first.ndim
+        for t in tensors[1:]:
+            if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(
+                    zip(t.shape, first.shape)) if i != dim):
+                raise _err("cat", [x.shape for x in tensors], f"shapes differ off dim {dim}")
+        total = sum(t.shape[dim] for t in tensors)
+        out, offset = None, 0
+        for t in tensors:
+            pad = [(0, 0)] * t.ndim
+            pad[dim] = (offset, total - offset - t.shape[dim])
+            piece = t.pad(pad)
+            out = piece if out is None else out + piece
+            offset += t.shape[dim]
+        return out
+
+    @staticmethod
+    def stack(tensors: Sequence["Tensor"], dim: int = 0) -> "Tensor":
+        dim = dim % (tensors[0].ndim + 1)
+        return Tensor.cat([t.unsqueeze(dim) for t in tensors], dim)
+
+    def split(self, sizes, dim: int = 0) -> list["Tensor"]:
+        dim = dim % self.ndim
+        if isinstance(sizes, int):
+            sizes = [sizes] * (self.shape[dim] // sizes) + \
+                ([self.shape[dim] % sizes] if self.shape[dim] % sizes else [])
+        if sum(sizes) != self.shape[dim]:
+            raise _err("split", [self.shape], f"sizes {list(sizes)} do not add up to "
+                       f"{self.shape[dim]}")
+        out, start = [], 0
+        for size in sizes:
+            arg = [(0, s) for s in self.shape]
+            arg[dim] = (start, start + size)
+            out.append(self.shrink(arg))
+            start += size
+        return out
+
+
+def _shape_arg(shape) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        shape = shape[0]
+    try:
+        return tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise ShapeError(f"a shape is a sequence of integers, got {shape!r}") from None
+
+
+def _broadcast_shape(a: Iterable[int], b: Iterable[int], op: str) -> tuple[int, ...]:
+    a, b = tuple(a), tuple(b)
+    n = max(len(a), len(b))
+    pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(pa, pb):
+        if x != y and 1 not in (x, y):
+            raise _err(op, [a, b], "shapes do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out)
