@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 from tunesearch.graph.kernel import Kernel
 from tunesearch.space.config import Config
 from tunesearch.space.space import Space
@@ -28,6 +30,18 @@ def sample_configs(space: Space, count: int, seed: int = 0, tries: int = 4000) -
         if config not in out and space.validate(config) is None:
             out.append(config)
     return out
+
+
+def relative_error(got: np.ndarray, want: np.ndarray, scale: float) -> float:
+    """Largest difference over scale; NaN where both are NaN agrees, NaN on one side is inf."""
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    both = np.isnan(got) & np.isnan(want)
+    diff = np.where(both, 0.0, np.abs(got - want))
+    same_inf = np.isinf(got) & (got == want)
+    diff = np.where(same_inf, 0.0, diff)
+    if np.isnan(diff).any():
+        return float("inf")
+    return float(diff.max(initial=0.0)) / scale
 
 
 def tolerance(kernel: Kernel) -> float:

@@ -22,11 +22,22 @@ from tunesearch.graph.lazy import LazyNode
 from tunesearch.graph.ops import BinaryOps, MovementOps, ReduceOps, UnaryOps
 from tunesearch.graph.schedule import create_schedule, realize_target
 from tunesearch.runtime.device import get_device
-from tunesearch.runtime.realize import run_schedule
+from tunesearch.runtime.realize import run_schedule, set_miss_handler
 from tunesearch.tensor_nn import NNMixin
 
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2)
+
+
+def _tune_on_miss(kernel, device, trials: int) -> None:
+    """TUNESEARCH_TUNE=N: tune a kernel that has no record, store it, then run it tuned."""
+    from tunesearch.runtime.tuned import open_store
+    from tunesearch.search import Budget, tune_kernels
+    tune_kernels([kernel], device, Budget(trials=trials), store=open_store(),
+                 progress=settings.debug() >= 1)
+
+
+set_miss_handler(_tune_on_miss)
 
 
 class ShapeError(ValueError):

@@ -46,15 +46,25 @@ def getitem(x, index):
     out = x.shrink(shrink)
     if flips:
         out = out.flip(flips)
-    if any(s != 1 for s in strides):
-        # take every s-th element: pad to a multiple of s, split (n, s), keep column 0
-        shape, pads = out.shape, []
-        for size, s in zip(shape, strides):
-            pads.append((0, (-size) % s))
-        out = out.pad(pads)
-        split = [v for size, s, (_, p) in zip(shape, strides, pads) for v in ((size + p) // s, s)]
-        out = out.reshape(split)
-        out = out.shrink([r for size, s, (_, p) in zip(shape, strides, pads)
-                          for r in ((0, (size + p) // s), (0, 1))])
-        out = out.reshape([(size + p) // s for size, s, (_, p) in zip(shape, strides, pads)])
+    for dim, step in enumerate(strides):
+        if step != 1:
+            out = _every(out, dim, step)
     return out.reshape(final)
+
+
+def _every(x, dim: int, step: int):
+    """Every step-th element along dim, as views: split (n, step) and keep column 0; a last
+    element past the whole groups is joined on (a pad and an add, fused)."""
+    from tunesearch.tensor import Tensor
+    size = x.shape[dim]
+    whole, extra = size // step, size % step
+    parts = []
+    if whole:
+        head = x.shrink([(0, s) if i != dim else (0, whole * step) for i, s in enumerate(x.shape)])
+        head = head.reshape(x.shape[:dim] + (whole, step) + x.shape[dim + 1:])
+        head = head.shrink([(0, s) if i != dim + 1 else (0, 1) for i, s in enumerate(head.shape)])
+        parts.append(head.reshape(x.shape[:dim] + (whole,) + x.shape[dim + 1:]))
+    if extra:
+        parts.append(x.shrink([(0, s) if i != dim else (whole * step, whole * step + 1)
+                               for i, s in enumerate(x.shape)]))
+    return parts[0] if len(parts) == 1 else Tensor.cat(parts, dim)

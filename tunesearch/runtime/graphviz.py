@@ -8,18 +8,23 @@ from tunesearch import settings
 
 
 def write_graph(ran: list) -> str:
-    """Write the graph of ran kernels (kernel, device, seconds); returns the .dot path."""
+    """Write the graph of the kernels that ran, with an edge for each buffer one kernel wrote and
+    another read; buffers that came from the host are drawn as ellipses. Returns the .dot path."""
     path = settings.graph_path()
     lines = ["digraph kernels {", "  rankdir=TB; node [shape=box, fontname=monospace];"]
     producer: dict[int, str] = {}
-    for i, (kernel, device, seconds) in enumerate(ran):
+    inputs: set[int] = set()
+    for i, (kernel, device, seconds, out, reads) in enumerate(ran):
         label = (f"{kernel.name}\\n{device} {seconds * 1e6:.1f} us\\n"
                  f"{kernel.flops / max(seconds, 1e-9) / 1e9:.2f} GFLOPS")
         color = "lightblue" if kernel.n_reduce else "lightyellow"
         lines.append(f'  k{i} [label="{label}", style=filled, fillcolor={color}];')
-        producer[i] = f"k{i}"
-    for i in range(1, len(ran)):
-        lines.append(f"  k{i - 1} -> k{i} [style=dotted];")
+        for node in reads:
+            if node not in producer and node not in inputs:
+                inputs.add(node)
+                lines.append(f'  b{node} [label="buffer", shape=ellipse];')
+            lines.append(f"  {producer.get(node, f'b{node}')} -> k{i};")
+        producer[out] = f"k{i}"
     lines.append("}")
     path.write_text("\n".join(lines) + "\n")
     dot = shutil.which("dot")

@@ -73,7 +73,7 @@ class _Evaluator:
             src = self.eval(node.src[0], full)
             axes = tuple(range(n_out, len(full)))
             fn = np.sum if node.op is ReduceOps.SUM else np.max
-            return fn(src, axis=axes, keepdims=True, dtype=None).astype(node.dtype.np)
+            return fn(src, axis=axes, keepdims=True).astype(node.dtype.np)
         args = [self.eval(s, box) for s in node.src]
         with np.errstate(all="ignore"):
             out = apply_numpy(node.op, args, node.dtype if node.arg is None else node.arg)

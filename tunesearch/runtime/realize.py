@@ -28,10 +28,29 @@ class Choice:
 
 # a hook the database layer installs: (kernel, device) -> stored config dict or None
 Lookup = Callable[[Kernel, Device], Optional[dict]]
-_lookup: Optional[Lookup] = None
 _choices: dict[tuple[str, str], Choice] = {}
 _programs: dict[tuple[str, str, Config], Program] = {}
-ran_kernels: list[tuple[Kernel, str, float]] = []  # for GRAPH=1: kernel, device, seconds
+# for GRAPH=1: (kernel, device, seconds, id of the node it realized, ids of the nodes it read)
+ran_kernels: list[tuple[Kernel, str, float, int, tuple[int, ...]]] = []
+
+
+def _default_lookup(kernel: Kernel, device: Device) -> Optional[dict]:
+    from tunesearch.runtime.tuned import db_lookup
+    return db_lookup(kernel, device)
+
+
+_lookup = _default_lookup
+
+
+# installed by the front end: (kernel, device, trials) tunes a kernel and stores the winner
+MissHandler = Callable[[Kernel, Device, int], None]
+_miss_handler: Optional[MissHandler] = None
+
+
+def set_miss_handler(fn: Optional[MissHandler]) -> None:
+    """What to do when TUNESEARCH_TUNE=N and a kernel has no record (tinygrad's BEAM, but kept)."""
+    global _miss_handler
+    _miss_handler = fn
 
 
 def set_lookup(fn: Optional[Lookup]) -> None:
@@ -54,11 +73,11 @@ def choose_config(kernel: Kernel, device: Device) -> Choice:
     space = space_for(kernel, device.info().target)
     choice = Choice(space.default(), False)
     if _lookup is not None and settings.use_db():
-        try:
-            stored = _lookup(kernel, device)
-        except Exception as exc:  # the database is optional at run time
-            warnings.warn(f"tuned-config lookup failed, using defaults: {exc}", stacklevel=2)
-            stored = None
+        stored = _stored(kernel, device)
+        trials = settings.tune_on_miss()
+        if stored is None and trials > 0 and _miss_handler is not None:
+            _miss_handler(kernel, device, trials)
+            stored = _stored(kernel, device)
         if stored is not None:
             try:
                 config = Config.from_json(stored)
@@ -74,6 +93,14 @@ def choose_config(kernel: Kernel, device: Device) -> Choice:
     return choice
 
 
+def _stored(kernel: Kernel, device: Device) -> Optional[dict]:
+    try:
+        return _lookup(kernel, device)
+    except Exception as exc:  # the database is optional at run time
+        warnings.warn(f"tuned-config lookup failed, using defaults: {exc}", stacklevel=3)
+        return None
+
+
 def get_program(kernel: Kernel, device: Device, config: Config) -> Program:
     key = (kernel.key, device.name, config)
     if key not in _programs:
@@ -87,7 +114,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     """Run every kernel of a schedule, in order, realizing each item's output node."""
     debug = settings.debug()
     if debug >= 1 and items:
-        print(f"schedule: {len(items)} kernel{'s' * (len(items) != 1)}", file=sys.stderr)
+        names = " ".join(item.kernel.name for item in items)
+        print(f"schedule: {len(items)} kernel{'s' * (len(items) != 1)}: {names}", file=sys.stderr)
     for item in items:
         device = get_device(item.out.device)
         kernel = item.kernel
@@ -97,7 +125,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         buffers = [out] + [node.realized for node in item.inputs]
         if debug >= 2 or settings.graph():
             seconds = program.timed(buffers)
-            ran_kernels.append((kernel, device.name, seconds))
+            ran_kernels.append((kernel, device.name, seconds, id(item.out),
+                                tuple(id(n) for n in item.inputs)))
             if debug >= 2:
                 print(debug_line(kernel, device.name, choice, seconds), file=sys.stderr)
             if debug >= 3:

@@ -52,8 +52,9 @@ class CPUSpace(Space):
         # the last axis is the vectorized lane loop: whole vectors keep it free of epilogues
         params = [Param(f"upcast.{a}", divisors_and_blocks(
             k.domain[a], UPCASTS if a < k.n_out - 1 else LAST_UPCASTS)) for a in range(k.n_out)]
-        if k.n_out > 1:
-            params.append(Param("order", tuple(encode(p) for p in permutations(k.n_out))))
+        orders = self._orders()
+        if len(orders) > 1:
+            params.append(Param("order", tuple(encode(p) for p in orders)))
         if k.n_reduce:
             params.append(Param("split", divisors_and_blocks(k.domain[-1], (1, 2, 4, 8, 16, 32))))
             params.append(Param("unroll", (1, 2, 4, 8)))
@@ -66,6 +67,31 @@ class CPUSpace(Space):
                             | {self.target.threads})
             params.append(Param("threads", tuple(counts), when=("parallel", (1, 2))))
         return params
+
+    def _orders(self) -> list[tuple[int, ...]]:
+        """Block loop orders: axes of size 1 stay outside, the others are permuted (a bounded
+        number of permutations, always including the default's and the naive one)."""
+        domain = self.kernel.domain
+        trivial = [a for a in range(self.kernel.n_out) if domain[a] == 1]
+        real = [a for a in range(self.kernel.n_out) if domain[a] > 1]
+        orders = [tuple(trivial) + tuple(real[i] for i in p) for p in permutations(len(real))]
+        for extra in (self._default_order(self._default_blocks()),
+                      tuple(range(self.kernel.n_out))):
+            if extra not in orders:
+                orders.append(extra)
+        return orders
+
+    def _default_blocks(self) -> list[int]:
+        upcast = self._default_upcast()[0]
+        return [-(-self.kernel.domain[a] // upcast[a]) for a in range(self.kernel.n_out)]
+
+    def _default_order(self, blocks: list[int]) -> tuple[int, ...]:
+        """Axes of size 1 first, then the axis with the most blocks outermost."""
+        domain = self.kernel.domain
+        trivial = [a for a in range(self.kernel.n_out) if domain[a] == 1]
+        real = sorted((a for a in range(self.kernel.n_out) if domain[a] > 1),
+                      key=lambda a: -blocks[a])
+        return tuple(trivial + real)
 
     def config_from(self, values: dict[str, Any]) -> Config:
         k = self.kernel
@@ -157,14 +183,26 @@ class CPUSpace(Space):
         matmul-like reduce, partial sums where the reduce is contiguous, vector-wide blocks for
         elementwise work, and the outer loop over the threads when the work is large enough."""
         k = self.kernel
+        upcast, split, unroll, pack = self._default_upcast()
+        blocks = self._default_blocks()
+        order = self._default_order(blocks)
+        work = max(k.flops, k.bytes)
+        parallel = 1 if k.n_out and self.target.threads > 1 and work > 1 << 18 \
+            and blocks[order[0]] > 1 else 0
+        threads = self.target.threads if parallel else 1
+        return Config.make(upcast=tuple(upcast), order=order, split=split, unroll=unroll,
+                           pack=pack, parallel=parallel, threads=threads)
+
+    def _default_upcast(self) -> tuple[list[int], int, int, tuple[int, ...]]:
+        k = self.kernel
         n_out, domain = k.n_out, k.domain
         upcast = [1] * n_out
         split, unroll, pack = 1, 1, ()
         loads = [n.arg[1] for n in k.loads()]
+        lane_axes = [a for a in range(n_out) if domain[a] > 1]
+        last = lane_axes[-1] if lane_axes else None
         if k.n_reduce:
             inner_contig = any(v.strides[-1] == 1 for v in loads)
-            lane_axes = [a for a in range(n_out) if domain[a] > 1]
-            last = lane_axes[-1] if lane_axes else None
             row = lane_axes[-2] if len(lane_axes) > 1 else None
             # matmul-like: some load varies along the last output axis but not the reduce
             matmul = last is not None and any(v.strides[last] != 0 for v in loads) and \
@@ -184,14 +222,6 @@ class CPUSpace(Space):
             elif last is not None:
                 upcast[last] = min(32, domain[last])
                 unroll = 2
-        elif n_out:
-            upcast[-1] = max(u for u in (1, 2, 4, 8, 16, 32) if u <= domain[-1])
-        blocks = [-(-domain[a] // upcast[a]) for a in range(n_out)]
-        order = tuple(sorted(range(n_out), key=lambda a: -blocks[a])) if n_out > 1 else \
-            tuple(range(n_out))
-        work = max(k.flops, k.bytes)
-        parallel = 1 if n_out and self.target.threads > 1 and work > 1 << 18 \
-            and blocks[order[0]] > 1 else 0
-        threads = self.target.threads if parallel else 1
-        return Config.make(upcast=tuple(upcast), order=order, split=split, unroll=unroll,
-                           pack=pack, parallel=parallel, threads=threads)
+        elif last is not None:
+            upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32) if u <= domain[last])
+        return upcast, split, unroll, pack

@@ -1,0 +1,198 @@
+"""Fusion decides kernel boundaries: counts for the cases that matter, stable keys, DEBUG lines."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from tunesearch import Tensor
+from tunesearch.graph.schedule import create_schedule
+
+
+def kernels(t: Tensor) -> int:
+    return len(create_schedule([t.node]))
+
+
+def rand(*shape):
+    return Tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+
+
+def test_elementwise_chain_is_one_kernel_reading_three_buffers():
+    a, b, c = rand(64), rand(64), rand(64)
+    items = create_schedule([(a * b + c).node])
+    assert len(items) == 1
+    assert len(items[0].kernel.buffers) == 4  # out + three inputs
+
+
+def test_elementwise_fuses_into_reduce_and_matmul_is_one_kernel():
+    a, b = rand(16, 32), rand(16, 32)
+    assert kernels((a * b).sum(1)) == 1
+    assert kernels(rand(8, 5) @ rand(5, 7)) == 1
+    assert kernels(((rand(8, 5) @ rand(5, 7)) + rand(7)).relu()) == 1
+    assert kernels((a * b).sum(1) * 2 + 1) == 1
+
+
+def test_constants_fold_to_one_kernel():
+    x = Tensor.zeros(1)
+    for i in range(5):
+        x = x + i
+    assert kernels(x) == 1
+    assert x.numpy().tolist() == [10.0]
+
+
+def test_kernel_counts_of_composite_ops():
+    x = rand(4, 33)
+    assert kernels(x.softmax(1)) == 3
+    assert kernels(x.layernorm()) == 3
+    img, w, bias = rand(1, 3, 8, 8), rand(4, 3, 3, 3), rand(4)
+    # a copy that lays the input out for the windows, then one fused conv + bias + relu
+    assert kernels(img.conv2d(w, bias, padding=1).relu()) == 2
+    assert kernels(img.max_pool2d(2)) == 1
+
+
+def test_movement_ops_are_views_not_copies():
+    a, b = rand(6, 4), rand(4, 6)
+    assert kernels(a.T + b) == 1
+    assert kernels(a.reshape(24).flip(0) * 2) == 1
+    assert kernels(a.T.reshape(24) * 2) == 2  # no single view flattens a transpose: one copy
+    assert kernels(a.pad(((1, 1), (0, 2)))[1:5, ::2] + 1) == 1
+
+
+def test_realized_results_are_reused():
+    a = rand(8, 8)
+    s = a.sum(1)
+    s.realize()
+    assert kernels(s * 2) == 1
+
+
+KEY_SCRIPT = """
+import numpy as np
+from tunesearch import Tensor
+from tunesearch.graph.schedule import create_schedule
+a = Tensor(np.ones((12, 7), np.float32)); b = Tensor(np.ones((7, 5), np.float32))
+_ = [Tensor(np.ones(3, np.float32)) for _ in range(int(__import__('sys').argv[1]))]
+print([i.kernel.key for i in create_schedule([((a @ b).relu().softmax(1)).node])])
+"""
+
+
+def test_kernel_keys_are_stable_across_processes():
+    outs = {subprocess.run([sys.executable, "-c", KEY_SCRIPT, str(n)], capture_output=True,
+                           text=True, check=True).stdout for n in (0, 5)}
+    assert len(outs) == 1 and outs.pop().count("k_") == 4
+
+
+def test_flops_and_bytes():
+    k = create_schedule([(rand(8, 5) @ rand(5, 7)).node])[0].kernel
+    assert k.flops == 2 * 8 * 5 * 7
+    assert k.bytes == 4 * (8 * 7 + 8 * 5 + 5 * 7)
+
+
+DEBUG_SCRIPT = """
+import numpy as np
+from tunesearch import Tensor
+x = Tensor(np.random.rand(32, 48).astype(np.float32))
+print(x.softmax(1).numpy().sum())
+"""
+
+
+def test_debug2_prints_one_line_per_kernel(tmp_path):
+    env = dict(os.environ, DEBUG="2", TUNESEARCH_NODB="1", GRAPH="1",
+               GRAPH_PATH=str(tmp_path / "g.dot"))
+    proc = subprocess.run([sys.executable, "-c", DEBUG_SCRIPT], capture_output=True, text=True,
+                          env=env, check=True)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("cpu ")]
+    assert len(lines) == 3, proc.stderr
+    for line in lines:
+        m = re.search(r"([\d.]+) us\s+([\d.]+) GFLOPS\s+([\d.]+) GB/s\s+(tuned|default)", line)
+        assert m, line
+        assert float(m.group(1)) > 0 and float(m.group(3)) > 0
+    assert "schedule: 3 kernels" in proc.stderr
+    assert (tmp_path / "g.dot").read_text().count("->") >= 2
+
+
+SHAPES = st.lists(st.integers(1, 5), min_size=1, max_size=4)
+
+
+@st.composite
+def movement_chain(draw):
+    shape = tuple(draw(SHAPES))
+    ops = []
+    cur = shape
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["permute", "reshape", "pad", "shrink", "flip", "expand"]))
+        if kind == "permute":
+            order = draw(st.permutations(range(len(cur))))
+            ops.append(("permute", tuple(order)))
+            cur = tuple(cur[i] for i in order)
+        elif kind == "reshape":
+            n = int(np.prod(cur))
+            divs = [d for d in range(1, n + 1) if n % d == 0]
+            d = draw(st.sampled_from(divs))
+            ops.append(("reshape", (d, n // d)))
+            cur = (d, n // d)
+        elif kind == "pad":
+            pads = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in cur)
+            ops.append(("pad", pads))
+            cur = tuple(s + a + b for s, (a, b) in zip(cur, pads))
+        elif kind == "shrink":
+            arg = []
+            for s in cur:
+                lo = draw(st.integers(0, s - 1))
+                arg.append((lo, draw(st.integers(lo + 1, s))))
+            ops.append(("shrink", tuple(arg)))
+            cur = tuple(b - a for a, b in arg)
+        elif kind == "flip":
+            ops.append(("flip", draw(st.integers(0, len(cur) - 1))))
+        else:
+            ops.append(("expand", (2,) + cur))
+            cur = (2,) + cur
+    return shape, ops
+
+
+def apply_numpy(x, ops):
+    for kind, arg in ops:
+        if kind == "permute":
+            x = x.transpose(arg)
+        elif kind == "reshape":
+            x = x.reshape(arg)
+        elif kind == "pad":
+            x = np.pad(x, arg)
+        elif kind == "shrink":
+            x = x[tuple(slice(a, b) for a, b in arg)]
+        elif kind == "flip":
+            x = np.flip(x, arg)
+        else:
+            x = np.broadcast_to(x, arg)
+    return x
+
+
+def apply_tensor(t, ops):
+    for kind, arg in ops:
+        if kind == "permute":
+            t = t.permute(arg)
+        elif kind == "reshape":
+            t = t.reshape(arg)
+        elif kind == "pad":
+            t = t.pad(arg)
+        elif kind == "shrink":
+            t = t.shrink(arg)
+        elif kind == "flip":
+            t = t.flip(arg)
+        else:
+            t = t.expand(arg)
+    return t
+
+
+@settings(max_examples=60, deadline=None)
+@given(movement_chain())
+def test_movement_chains_match_numpy(chain):
+    shape, ops = chain
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) + 1
+    want = apply_numpy(x, ops)
+    # on the reference device: the view algebra is what is under test here
+    got = apply_tensor(Tensor(x, device="reference") * 1.0, ops).numpy()
+    np.testing.assert_array_equal(got, want)
