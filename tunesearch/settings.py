@@ -61,3 +61,8 @@ def tune_on_miss() -> int:
 
 def cpu_threads() -> int:
     return _int("TUNESEARCH_THREADS", os.cpu_count() or 1)
+
+
+def cuda_driver() -> str:
+    """TUNESEARCH_CUDA_DRIVER: "cuda-python" or "pycuda" (empty: the first that works)."""
+    return os.environ.get("TUNESEARCH_CUDA_DRIVER", "").strip().lower()

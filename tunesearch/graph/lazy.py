@@ -129,14 +129,12 @@ def apply_numpy(op, args: list, dtype: DType):
         out = np.less(*args)
     elif op is BinaryOps.CMPEQ:
         out = np.equal(*args)
-    elif op is BinaryOps.IDIV:
+    elif op in (BinaryOps.IDIV, BinaryOps.MOD):
+        # C semantics (truncation); a zero divisor gives 0, as the kernels define it
         a, b = args
-        b = np.where(b == 0, 1, b)
-        out = np.trunc(np.asarray(a, np.float64) / b)
-    elif op is BinaryOps.MOD:
-        a, b = args
-        b = np.where(b == 0, 1, b)
-        out = a - b * np.trunc(np.asarray(a, np.float64) / b).astype(np.int64)
+        safe = np.where(b == 0, 1, b)
+        q = np.trunc(np.asarray(a, np.float64) / safe).astype(np.int64)
+        out = np.where(b == 0, 0, q if op is BinaryOps.IDIV else a - safe * q)
     elif op is BinaryOps.WHERE:
         out = np.where(args[0], args[1], args[2])
     else:

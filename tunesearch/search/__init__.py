@@ -4,12 +4,12 @@
     report = tune_kernels(kernels, "cpu", Budget(trials=50), sampler="tpe", store=store)
     print(report.to_json())
 
-measure.py measures candidates (compiled in parallel, run in an isolated worker, verified
+measure.py measures candidates (compiled in parallel, run in an isolated process, verified
 against the numpy reference, timed robustly); study.py searches one kernel; samplers.py holds the
 samplers by name; tune.py tunes a list of kernels, shares the budget out and writes the store.
 
-The names below are imported on first use: the worker processes import this package too, and
-they need none of Optuna, SQLAlchemy or rich.
+The names below are imported on first use: the compiler and runner processes import this
+package too, and they need none of Optuna, SQLAlchemy or rich.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ _EXPORTS = {
     "sampler_names": "samplers",
     "search_kernel": "study", "study_name": "study",
     "tune_kernels": "tune", "unique_kernels": "tune",
-    "Timing": "worker",
+    "Timing": "_runner_child",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -69,12 +69,12 @@ class CPUSpace(Space):
         return params
 
     def _orders(self) -> list[tuple[int, ...]]:
-        """Block loop orders: axes of size 1 stay outside, the others are permuted (a bounded
+        """Block loop orders: axes of size 1 stay inside, the others are permuted (a bounded
         number of permutations, always including the default's and the naive one)."""
         domain = self.kernel.domain
         trivial = [a for a in range(self.kernel.n_out) if domain[a] == 1]
         real = [a for a in range(self.kernel.n_out) if domain[a] > 1]
-        orders = [tuple(trivial) + tuple(real[i] for i in p) for p in permutations(len(real))]
+        orders = [tuple(real[i] for i in p) + tuple(trivial) for p in permutations(len(real))]
         for extra in (self._default_order(self._default_blocks()),
                       tuple(range(self.kernel.n_out))):
             if extra not in orders:
@@ -86,12 +86,13 @@ class CPUSpace(Space):
         return [-(-self.kernel.domain[a] // upcast[a]) for a in range(self.kernel.n_out)]
 
     def _default_order(self, blocks: list[int]) -> tuple[int, ...]:
-        """Axes of size 1 first, then the axis with the most blocks outermost."""
+        """The axis with the most blocks outermost (it is the one shared over the threads);
+        axes of size 1 last, where their single iteration costs nothing."""
         domain = self.kernel.domain
         trivial = [a for a in range(self.kernel.n_out) if domain[a] == 1]
         real = sorted((a for a in range(self.kernel.n_out) if domain[a] > 1),
                       key=lambda a: -blocks[a])
-        return tuple(trivial + real)
+        return tuple(real + trivial)
 
     def config_from(self, values: dict[str, Any]) -> Config:
         k = self.kernel
@@ -203,25 +204,47 @@ class CPUSpace(Space):
         last = lane_axes[-1] if lane_axes else None
         if k.n_reduce:
             inner_contig = any(v.strides[-1] == 1 for v in loads)
-            row = lane_axes[-2] if len(lane_axes) > 1 else None
-            # matmul-like: some load varies along the last output axis but not the reduce
-            matmul = last is not None and any(v.strides[last] != 0 for v in loads) and \
-                any(v.strides[last] == 0 for v in loads)
-            if matmul and row is not None:
-                upcast[last] = min(32, domain[last])
+            gemm = _gemm_axes(k)
+            if gemm is not None:
+                row, col, b_side = gemm
+                upcast[col] = min(32, domain[col])
                 upcast[row] = min(6, domain[row])
                 unroll = 4
-                pack = tuple(i for i in packable(k)
-                             if any(n.arg[0] == i and n.arg[1].strides[last] != 0
-                                    for n in k.loads()))
+                pack = (b_side,) if b_side in packable(k) else ()
             elif inner_contig:
                 split = max(s for s in (1, 2, 4, 8, 16) if s <= domain[-1])
-                if last is not None:
-                    upcast[last] = min(4, domain[last])
-                unroll = 2
+                unroll = 4
             elif last is not None:
                 upcast[last] = min(32, domain[last])
                 unroll = 2
         elif last is not None:
             upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32) if u <= domain[last])
         return upcast, split, unroll, pack
+
+
+def _gemm_axes(kernel: Kernel) -> tuple[int, int, int] | None:
+    """(row axis, column axis, buffer of the column side) where the kernel is a matmul at
+    heart: two loads read along the reduce, one varying along output axes the other does not.
+    The column axis is one its load reads contiguously where there is one (the vector lanes)."""
+    n_out, domain = kernel.n_out, kernel.domain
+    reads = [(n.arg[0], n.arg[1]) for n in kernel.loads()
+             if any(n.arg[1].strides[a] for a in range(n_out, len(domain)))]
+    own: dict[int, list[int]] = {}
+    for axis in range(n_out):
+        if domain[axis] == 1:
+            continue
+        varying = {b for b, v in reads if v.strides[axis] != 0}
+        if len(varying) == 1:
+            own.setdefault(varying.pop(), []).append(axis)
+    if len(own) < 2:
+        return None
+    views = dict(reads)
+
+    def col_score(item):
+        buf, axes = item
+        best = max(axes, key=lambda a: (abs(views[buf].strides[a]) == 1, a))
+        return (abs(views[buf].strides[best]) == 1, domain[best] >= 16, best), best, buf
+    (_, col, b_side), *_ = sorted((col_score(i) for i in own.items()), reverse=True)
+    rows = [a for buf, axes in own.items() if buf != b_side for a in axes]
+    row = max(rows, key=lambda a: (domain[a], a))
+    return row, col, b_side

@@ -1,0 +1,259 @@
+"""CUDA check and benchmark for a machine with an NVIDIA GPU, in one run.
+
+    PYTHONPATH=. python scripts/bench_cuda.py                  # verify, then matmul 1024 and 4096
+    PYTHONPATH=. python scripts/bench_cuda.py --sizes 1024 --sweep 24 --verify 8
+
+1. Verifies catalogue kernels on the GPU: the default, the naive and --verify random valid configs
+   of each, against the numpy interpreter.
+2. Times fp32 matmul at each size: the naive config, the heuristic default and the best of a
+   sweep (a hand-picked grid of register blocks, work-groups and tiles plus random valid configs),
+   each checked against cuBLAS's result before its time counts, and cuBLAS itself (through PyTorch
+   with TF32 off, else CuPy) measured in the same run. Times are CUDA-event times of single
+   launches after warm-up, median of --repeat. Prints a table with ratios to cuBLAS.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import random
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tunesearch import Tensor  # noqa: E402
+from tunesearch.graph.schedule import create_schedule  # noqa: E402
+from tunesearch.runtime.cuda import CUDADevice, compile_cubin  # noqa: E402
+from tunesearch.runtime.device import Source  # noqa: E402
+from tunesearch.runtime.interpret import run_kernel  # noqa: E402
+from tunesearch.space.config import Config  # noqa: E402
+from tunesearch.space.lower_gpu import render_gpu  # noqa: E402
+from tunesearch.space.space import space_for  # noqa: E402
+
+
+def sample(space, count: int, seed: int) -> list[Config]:
+    """Distinct random valid configs of a space."""
+    rng, out = random.Random(seed), []
+    params = space.parameters()
+    for _ in range(count * 200):
+        if len(out) >= count:
+            break
+        values = {}
+        for p in params:
+            if p.when is None or values.get(p.when[0]) in p.when[1]:
+                values[p.name] = rng.choice(p.choices)
+        config = space.config_from(values)
+        if config not in out and space.validate(config) is None:
+            out.append(config)
+    return out
+
+
+def batch(kernel, configs, device) -> tuple[str, list[Source]]:
+    """One source with an entry per config, and the Source of each entry."""
+    parts, sources = [], []
+    for i, config in enumerate(configs):
+        text, global_size, local_size = render_gpu(kernel, config, device.dialect, f"v{i}")
+        parts.append(text)
+        sources.append((f"v{i}", global_size, local_size))
+    whole = "\n".join(parts)
+    return whole, [Source(whole, e, kernel.key, len(kernel.buffers), g, l) for e, g, l in sources]
+
+
+def compile_all(texts: list[str], arch: str) -> list[bytes]:
+    """NVRTC in parallel processes: one cubin per text."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(16, len(texts)) or 1, mp_context=context) as pool:
+        return [b"cubin\n" + c for c in pool.map(compile_cubin, texts, [arch] * len(texts))]
+
+
+def rel_error(out: np.ndarray, expected: np.ndarray) -> float:
+    out, expected = out.astype(np.float64), expected.astype(np.float64)
+    same = (out == expected) | (np.isnan(out) & np.isnan(expected))
+    diff = np.where(same, 0.0, np.abs(out - expected))
+    finite = expected[np.isfinite(expected)]
+    scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
+    return float(diff.max()) / scale if diff.size else 0.0
+
+
+def verify(device, count: int) -> bool:
+    """Catalogue kernels: default, naive and random configs against the interpreter."""
+    from tests.catalogue import catalogue, random_inputs
+    from tests.conformance import tolerance
+    kernels = catalogue()
+    plans = []
+    for name, kernel in kernels:
+        space = space_for(kernel, device.info().target)
+        configs = [space.default(), space.naive()]
+        configs += [c for c in sample(space, count, len(name)) if c not in configs]
+        plans.append((name, kernel, configs, *batch(kernel, configs, device)))
+    start = time.perf_counter()
+    artifacts = compile_all([p[3] for p in plans], device.arch)
+    print(f"compiled {sum(len(p[2]) for p in plans)} configs of {len(plans)} kernels "
+          f"in {time.perf_counter() - start:.1f}s")
+    ok = True
+    for (name, kernel, configs, _, sources), artifact in zip(plans, artifacts):
+        inputs = random_inputs(kernel, seed=1)
+        try:
+            expected = run_kernel(kernel, inputs)
+        except Exception as exc:  # a reference failure is reported, not hidden
+            print(f"  {name:24s} reference failed: {exc}")
+            ok = False
+            continue
+        buffers = [device.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)]
+        buffers += [device.from_numpy(a, s.dtype) for a, s in zip(inputs, kernel.buffers[1:])]
+        poison = np.full(kernel.buffers[0].size, np.nan if kernel.buffers[0].dtype.is_float
+                         else 77, kernel.buffers[0].dtype.np)
+        bad = []
+        for config, source in zip(configs, sources):
+            device.copyin(buffers[0], poison)  # a config that writes nothing must not pass
+            device.load(artifact, source)(buffers)
+            err = rel_error(device.copyout(buffers[0]), expected)
+            if not err <= tolerance(kernel):
+                bad.append(f"{config} ({err:.1e})")
+        ok &= not bad
+        print(f"  {name:24s} {len(configs) - len(bad)}/{len(configs)} match"
+              + (f"; first bad: {bad[0]}" if bad else ""))
+    return ok
+
+
+def matmul_kernel(n: int):
+    a = Tensor(np.zeros((n, n), np.float32), device="reference")
+    b = Tensor(np.zeros((n, n), np.float32), device="reference")
+    return create_schedule([(a @ b).node])[-1].kernel
+
+
+def grid_configs(space) -> list[Config]:
+    """Hand-picked candidates in the region where fast SGEMM kernels live."""
+    base = space.default()
+    out = []
+    for local in ((16, 16), (8, 32), (16, 8), (8, 16), (32, 8)):
+        for upcast in ((4, 4), (8, 4), (4, 8), (8, 8), (2, 8)):
+            for ktile in (8, 16, 32):
+                config = base.replace(local=local, upcast=upcast, ktile=ktile, unroll=4,
+                                      stage=(1, 2), group=1)
+                if space.validate(config) is None:
+                    out.append(config)
+    return out
+
+
+class Peer:
+    """cuBLAS through PyTorch (TF32 off) or CuPy: the result to check against and its time."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, repeat: int):
+        try:
+            import torch
+            torch.backends.cuda.matmul.allow_tf32 = False
+            ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+            run, sync = (lambda: ta @ tb), torch.cuda.synchronize
+            self.name = f"cuBLAS via torch {torch.__version__}"
+
+            def timed():
+                start, end = torch.cuda.Event(True), torch.cuda.Event(True)
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                return start.elapsed_time(end) * 1e-3
+            self.result = (ta @ tb).cpu().numpy()
+        except ImportError:
+            import cupy
+            ca, cb = cupy.asarray(a), cupy.asarray(b)
+            run, sync = (lambda: ca @ cb), cupy.cuda.Device().synchronize
+            self.name = f"cuBLAS via cupy {cupy.__version__}"
+
+            def timed():
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                return cupy.cuda.get_elapsed_time(start, end) * 1e-3
+            self.result = cupy.asnumpy(ca @ cb)
+        for _ in range(3):
+            run()
+        sync()
+        self.seconds = statistics.median(timed() for _ in range(repeat))
+
+
+def bench_matmul(device, n: int, sweep: int, repeat: int) -> list[tuple]:
+    kernel = matmul_kernel(n)
+    space = space_for(kernel, device.info().target)
+    rng = np.random.default_rng(n)
+    a = rng.random((n, n), dtype=np.float32)
+    b = rng.random((n, n), dtype=np.float32)
+    peer = Peer(a, b, repeat)
+    named = [("naive", space.naive()), ("default", space.default())]
+    candidates = [c for c in grid_configs(space) + sample(space, sweep, n)
+                  if c not in (space.naive(), space.default())]
+    configs = [c for _, c in named] + candidates
+    sources = [Source(*_rendered(kernel, c, device)) for c in configs]
+    start = time.perf_counter()
+    artifacts = compile_all([s.text for s in sources], device.arch)
+    print(f"matmul {n}: compiled {len(configs)} configs in {time.perf_counter() - start:.1f}s")
+    dtype = kernel.buffers[0].dtype
+    buffers = [device.alloc(n * n, dtype), device.from_numpy(a, dtype), device.from_numpy(b, dtype)]
+    results = []
+    for config, artifact, source in zip(configs, artifacts, sources):
+        program = device.load(artifact, source)
+        device.copyin(buffers[0], np.full(n * n, np.nan, np.float32))
+        program(buffers)
+        err = rel_error(device.copyout(buffers[0]), peer.result.reshape(-1))
+        if not err <= 1e-4:
+            results.append((config, None, err))
+            continue
+        for _ in range(3):
+            program.timed(buffers)
+        results.append((config, statistics.median(program.timed(buffers) for _ in range(repeat)),
+                        err))
+    flops = 2.0 * n ** 3
+    rows = [(f"cuBLAS ({peer.name})", peer.seconds, 1.0, "")]
+    for label, config in named:
+        seconds = next(r[1] for r in results if r[0] == config)
+        rows.append((label, seconds, None, str(config)))
+    timed_ok = [r for r in results if r[1] is not None]
+    if timed_ok:
+        best = min(timed_ok, key=lambda r: r[1])
+        rows.append((f"best of sweep ({len(results)})", best[1], None, str(best[0])))
+    wrong = [r for r in results if r[1] is None]
+    print(f"{'matmul ' + str(n):>12} | {'variant':34s} | {'ms':>9} | {'TFLOPS':>7} | "
+          f"{'x cuBLAS':>8} | config")
+    for label, seconds, _, config in rows:
+        if seconds is None:
+            print(f"{'':>12} | {label:34s} | {'wrong':>9} |")
+            continue
+        print(f"{'':>12} | {label:34s} | {seconds * 1e3:9.3f} | {flops / seconds / 1e12:7.2f} | "
+              f"{peer.seconds / seconds:8.2f} | {config}")
+    if wrong:
+        print(f"  {len(wrong)} configs gave wrong results, e.g. {wrong[0][0]} ({wrong[0][2]:.1e})")
+    return rows
+
+
+def _rendered(kernel, config, device) -> tuple:
+    text, global_size, local_size = render_gpu(kernel, config, device.dialect, "v0")
+    return text, "v0", kernel.key, len(kernel.buffers), global_size, local_size
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1024, 4096])
+    parser.add_argument("--sweep", type=int, default=40, help="random configs besides the grid")
+    parser.add_argument("--verify", type=int, default=20, help="random configs per kernel")
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args(argv)
+    device = CUDADevice()
+    info = device.info()
+    print(f"{time.strftime('%Y-%m-%d')} {info.name}: " +
+          ", ".join(f"{k}={v}" for k, v in info.fingerprint if k not in ("backend", "name")))
+    ok = verify(device, args.verify) if args.verify >= 0 else True
+    for n in args.sizes:
+        bench_matmul(device, n, args.sweep, args.repeat)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The plan of a model: folded at import, scheduled once, replayed on new inputs, observable."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+import tunesearch.onnx as tox
+
+
+def _reshape_by_shape_model():
+    """y = relu(reshape(x, [shape(x)[0], -1])) * 2, the shape computed the exporter's way."""
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Concat", ["n", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"]),
+             helper.make_node("Relu", ["flat"], ["r"]),
+             helper.make_node("Mul", ["r", "two"], ["y"]),
+             helper.make_node("Shape", ["y"], ["y_shape"])]
+    graph = helper.make_graph(
+        nodes, "reshape_by_shape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("y_shape", TensorProto.INT64, [2])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_shape_arithmetic_is_folded_and_the_plan_replayed():
+    model = tox.load(_reshape_by_shape_model(), input_shapes={"x": (2, 3, 4)},
+                     device="reference")
+    items = model.schedule()
+    assert len(items) == 1  # relu and the scale fused; Shape/Gather/Concat folded on the host
+    assert items[0].kernel.out_shape == (2, 12)
+    rng = np.random.default_rng(0)
+    for _ in range(2):  # new data into the same input buffer, same program
+        x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+        out = model(x=x)
+        np.testing.assert_allclose(out["y"], np.maximum(x.reshape(2, -1), 0) * 2, rtol=1e-6)
+        assert out["y_shape"].dtype == np.int64 and out["y_shape"].tolist() == [2, 12]
+    assert model.schedule()[0] is items[0]
+
+
+def test_profile_and_debug_lines(monkeypatch, capfd):
+    model = tox.load(_reshape_by_shape_model(), input_shapes={"x": (2, 3, 4)}, device="cpu")
+    profile = model.profile(repeat=3)
+    assert len(profile.kernels) == len(model.schedule()) == 1
+    assert profile.latency > 0 and profile.kernel_seconds > 0
+    capfd.readouterr()
+    monkeypatch.setenv("DEBUG", "2")
+    model(model.random_inputs(1))
+    lines = [line for line in capfd.readouterr().err.splitlines() if "GFLOPS" in line]
+    assert len(lines) == 1 and model.schedule()[0].kernel.name in lines[0]
+
+
+def test_intermediate_buffers_are_reused_without_clobbering():
+    """A chain of kernels whose buffers are recycled; an early value is read again at the end."""
+    width = 16
+    inits, nodes = [], []
+    previous = "x"
+    for i in range(6):
+        w = np.random.default_rng(i).standard_normal((width, width)).astype(np.float32) / 4
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [previous, f"w{i}"], [f"m{i}"]))
+        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"h{i}"]))
+        previous = f"h{i}"
+    nodes.append(helper.make_node("Add", [previous, "h0"], ["y"]))
+    graph = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, width])],
+                              inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    model = tox.load(proto, device="reference")
+    x = np.random.default_rng(9).standard_normal((4, width)).astype(np.float32)
+    h, first = x, None
+    for i in range(6):
+        h = np.tanh(h @ numpy_helper.to_array(inits[i]))
+        first = h if first is None else first
+    np.testing.assert_allclose(model(x)["y"], h + first, rtol=1e-4, atol=1e-5)

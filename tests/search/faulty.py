@@ -1,0 +1,61 @@
+"""A CPU device that plants faults in the C of marked configs, for fault-injection tests.
+
+The mark is the register block of the last output axis (`upcast`'s last value):
+1 segfaults, 2 never returns, 4 writes one wrong value, 8 writes past the end of its output.
+Every other config is compiled as the CPU device compiles it. The device has one thread, so the
+space of a 1-D elementwise kernel is just its block sizes.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+
+from tunesearch.runtime import device as device_module
+from tunesearch.runtime.cpu import CPUDevice
+from tunesearch.runtime.device import DeviceInfo, Source
+
+NAME = "faulty"
+CRASH, HANG, WRONG, OUT_OF_BOUNDS = 1, 2, 4, 8
+
+_PLANTS = {
+    CRASH: ("*(volatile int*)0 = 1;", ""),
+    HANG: ("for (volatile int spin = 1; spin;) {}", ""),
+    WRONG: ("", "data0[0] += 1.0f;"),
+    OUT_OF_BOUNDS: ("", "data0[{size}] = 1.0f; data0[{size} + 7] = 2.0f;"),
+}
+
+
+class FaultyDevice(CPUDevice):
+    name = NAME
+
+    @functools.cache
+    def info(self) -> DeviceInfo:
+        real = super().info()
+        fingerprint = tuple((k, v) for k, v in real.fingerprint if k != "threads")
+        return DeviceInfo("faulty", real.name, fingerprint + (("faults", "planted"),),
+                          dataclasses.replace(real.target, threads=1))
+
+    def render(self, kernel, config) -> Source:
+        source = super().render(kernel, config)
+        head, tail = _PLANTS.get(config.get("upcast")[-1], ("", ""))
+        if not head and not tail:
+            return source
+        text = source.text
+        entry = text.index(f"\nvoid {source.entry}(")
+        body = text.index("{", entry) + 1
+        end = text.rindex("}")
+        tail = tail.format(size=kernel.buffers[0].size)
+        text = text[:body] + head + text[body:end] + tail + text[end:]
+        return dataclasses.replace(source, text=text)
+
+
+@contextlib.contextmanager
+def registered():
+    """The device, known by name (here and in the processes started meanwhile) until the end."""
+    device_module.DEVICES[NAME] = f"{__name__}:FaultyDevice"
+    try:
+        yield NAME
+    finally:
+        device_module.DEVICES.pop(NAME, None)
+        device_module._instances.pop(NAME, None)

@@ -1,0 +1,114 @@
+"""Real measurement on the CPU: planted faults fail their trials, winners are verified."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.search import faulty
+from tests.search.kernels import add, matmul
+from tunesearch.db import Store
+from tunesearch.graph.dtypes import dtypes
+from tunesearch.runtime.device import get_device
+from tunesearch.search import Budget, DeviceMeasurer, tune_kernels
+from tunesearch.search import verify
+from tunesearch.space.space import space_for
+
+EXPECTED = {faulty.CRASH: ("crash", "SIGSEGV"), faulty.HANG: ("timeout", "hard limit"),
+            faulty.WRONG: ("wrong", "differ from the reference"),
+            faulty.OUT_OF_BOUNDS: ("crash", "out of bounds")}
+
+
+@pytest.fixture(scope="module")
+def faulty_space(faulty_device):
+    kernel = add(64)
+    space = space_for(kernel, get_device(faulty_device).info().target)
+    blocks = {c.get("upcast")[-1] for c in space.enumerate()}
+    assert set(EXPECTED) < blocks and space.default().get("upcast")[-1] not in EXPECTED
+    return kernel, space
+
+
+def test_each_planted_fault_fails_its_trial_with_its_reason(faulty_space):
+    kernel, space = faulty_space
+    configs = list(space.enumerate())
+    with DeviceMeasurer(faulty.NAME, timeout_s=2.0) as measurer:
+        [default] = measurer.measure(kernel, [space.default()])
+        assert default.ok and default.max_error == 0.0
+        results = measurer.measure(kernel, configs)
+        for result in results:
+            block = result.config.get("upcast")[-1]
+            if block in EXPECTED:
+                kind, words = EXPECTED[block]
+                assert (result.error, result.time_s) == (kind, None), result
+                assert words in result.message
+            else:
+                assert result.ok and result.time_s > 0 and result.max_error == 0.0, result
+        wrong = next(r for r in results if r.config.get("upcast") == (faulty.WRONG,))
+        assert wrong.max_error == pytest.approx(1.0, rel=1e-3)  # the planted += 1
+        assert measurer.runner.restarts >= 2  # after the segfault and the hang
+        [again] = measurer.retime(kernel, [space.default()])  # the restarted runner process works
+        assert again.ok
+
+
+def test_the_tuner_finishes_despite_faults(faulty_space):
+    kernel, _ = faulty_space
+    with DeviceMeasurer(faulty.NAME, timeout_s=2.0) as measurer:
+        [result] = tune_kernels([kernel], faulty.NAME, Budget(trials=20), progress=False,
+                                measurer=measurer).results
+    assert result.status == "tuned" and result.stopped_by == "exhausted"
+    assert result.trials == len(list(faulty_space[1].enumerate()))
+    assert result.failures == {"crash": 2, "timeout": 1, "wrong": 1}
+    assert result.config.get("upcast")[-1] not in EXPECTED
+
+
+def test_a_real_tuning_run_finds_a_verified_winner(tmp_path):
+    kernel = matmul(64, 64, 64)
+    with Store(tmp_path / "results.db") as store:
+        [result] = tune_kernels([kernel], "cpu", Budget(trials=8), seed=0, store=store,
+                                progress=False).results
+        device = get_device("cpu")
+        stored = store.lookup(kernel.key, device.info().key)
+    assert result.status == "tuned" and result.trials == 8 and result.saved
+    assert stored is not None and stored.time_s == result.time_s
+    assert result.time_s <= result.default_time_s  # the default is among the finalists
+    assert space_for(kernel, device.info().target).validate(result.config) is None
+    # the winner, built afresh, computes a matmul
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
+    program = device.build(kernel, result.config)
+    buffers = [device.alloc(64 * 64, dtypes.float32), device.from_numpy(a, dtypes.float32),
+               device.from_numpy(b, dtypes.float32)]
+    program(buffers)
+    expected = a.astype(np.float32) @ b.astype(np.float32)
+    np.testing.assert_allclose(device.copyout(buffers[0]).reshape(64, 64), expected,
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_inputs_are_random_and_never_zero():
+    kernel = matmul(8, 8, 8)
+    inputs = verify.make_inputs(kernel, seed=1)
+    assert len(inputs) == 2 and all(np.all(x != 0) and np.unique(x).size > 32 for x in inputs)
+    assert np.array_equal(inputs[0], verify.make_inputs(kernel, seed=1)[0])
+    rng = np.random.default_rng(0)
+    ints = verify.random_array(dtypes.int32, 1000, rng)
+    assert np.all(ints != 0) and np.abs(ints).max() <= 7
+    bools = verify.random_array(dtypes.bool, 1000, rng)
+    assert 300 < bools.sum() < 700
+
+
+def test_comparison_catches_wrong_unwritten_and_nan_outputs():
+    reference = np.linspace(-1, 1, 100, dtype=np.float32)
+    tolerance = verify.tolerance(matmul(8, 1024, 8))
+    assert verify.tolerance(matmul(8, 16, 8)) < tolerance < 1e-3
+    assert verify.compare(reference + 1e-6, reference, tolerance)[0]
+    off = reference.copy()
+    off[17] += 0.01
+    ok, max_error, message = verify.compare(off, reference, tolerance)
+    assert not ok and max_error == pytest.approx(0.01, rel=1e-3) and "element 17" in message
+    unwritten = verify.unwritten_fill(reference)
+    assert not verify.compare(unwritten, reference, tolerance)[0]
+    ints = np.arange(10, dtype=np.int32)
+    assert not np.any(verify.unwritten_fill(ints) == ints)
+    assert not verify.compare(ints + np.eye(1, 10, 3, dtype=np.int32)[0], ints, 0.0)[0]
+    with_nan = np.array([np.nan, 1.0], np.float32)
+    assert verify.compare(with_nan.copy(), with_nan, tolerance)[0]
+    assert not verify.compare(np.array([0.0, 1.0], np.float32), with_nan, tolerance)[0]

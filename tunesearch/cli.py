@@ -1,0 +1,270 @@
+"""The `tunesearch` command: tune a model once, run it fast from then on.
+
+    tunesearch tune model.onnx --device cpu      # search every kernel, store the winners
+    tunesearch run  model.onnx --device cpu      # later runs load them by themselves
+
+Every expected failure (a missing file, a model that is not ONNX, an unknown device, an
+unreachable database...) is one line on stderr and exit code 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLES = Path(__file__).parent / "examples"
+
+
+class UsageError(Exception):
+    """A bad argument: one line for the user."""
+
+
+def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = text.rpartition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--input-shape takes NAME=DIMS like input=1x3x224x224, got {text!r}") from None
+
+
+def resolve_model(text: str) -> Path:
+    """A model path, or example:NAME for a model bundled with tunesearch."""
+    if text.startswith("example:"):
+        path = EXAMPLES / f"{text.split(':', 1)[1]}.onnx"
+        if not path.exists():
+            names = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.onnx")))
+            raise UsageError(f"no bundled example {text!r}; bundled: {names}")
+        return path
+    path = Path(text)
+    if not path.exists():
+        raise UsageError(f"model file not found: {text}")
+    return path
+
+
+def _load_model(args):
+    from tunesearch.onnx import load
+    from tunesearch.runtime.device import get_device
+    get_device(args.device).info()  # an unavailable device fails here, with its install hint
+    return load(resolve_model(args.model), dict(args.input_shape or []), device=args.device)
+
+
+def _open_store(url: str | None):
+    from tunesearch.db import Store
+    return Store(url)
+
+
+def _profile(model, inputs, repeat: int, db_url: str | None, use_db: bool):
+    """Profile the model with tuned configs from db_url, or with every kernel's default."""
+    from tunesearch.runtime import realize, tuned
+    if use_db:
+        tuned.use_database(db_url)
+    else:
+        realize.set_lookup(None)
+    realize.clear_caches()
+    model.reset_plans()
+    return model.profile(inputs, repeat=repeat)
+
+
+def cmd_tune(args) -> int:
+    from tunesearch.search import Budget, tune_kernels
+    model = _load_model(args)
+    inputs = model.random_inputs(seed=0)
+    before = _profile(model, inputs, args.repeat, args.db, use_db=False)
+    kernels = [item.kernel for item in model.schedule(inputs)]
+    store = _open_store(args.db)
+    budget = Budget(trials=args.trials, total_seconds=args.time_budget, patience=args.patience)
+    quiet = args.quiet or args.json
+    report = tune_kernels(kernels, args.device, budget, sampler=args.sampler, seed=args.seed,
+                          store=store, progress=not quiet, retune=args.retune)
+    after = _profile(model, inputs, args.repeat, store.url, use_db=True)
+    default_time = {k.key: t for k, t in before.kernels}
+    total = sum(default_time.values()) or 1.0
+    rows = []
+    for r in report.results:
+        rows.append({"kernel": r.name, "key": r.kernel_key, "status": r.status,
+                     "share": default_time.get(r.kernel_key, 0.0) * r.occurrences / total,
+                     "default_s": r.default_time_s, "tuned_s": r.time_s, "speedup": r.speedup,
+                     "gflops": r.gflops, "gbps": r.gbps, "trials": r.trials,
+                     "failures": dict(r.failures)})
+    summary = {"model": str(args.model), "device": args.device, "device_key": report.device_key,
+               "database": store.where, "latency_before_s": before.latency,
+               "latency_after_s": after.latency, "speedup": before.latency / after.latency,
+               "kernels_tuned": after.n_tuned, "kernels": len(after.kernels),
+               "interrupted": report.interrupted, "seconds": report.seconds, "results": rows}
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        _print_tune_table(summary)
+    return 130 if report.interrupted else 0
+
+
+def _fmt_time(seconds) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
+
+
+def _print_tune_table(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"tuned on {summary['device']} ({summary['device_key']})")
+    for col in ("kernel", "status", "share", "default", "tuned", "speed-up", "GFLOPS", "GB/s"):
+        table.add_column(col, justify="left" if col in ("kernel", "status") else "right")
+    for r in sorted(summary["results"], key=lambda r: -r["share"]):
+        table.add_row(r["kernel"], r["status"], f"{r['share'] * 100:.1f}%",
+                      _fmt_time(r["default_s"]), _fmt_time(r["tuned_s"]),
+                      f"{r['speedup']:.2f}x" if r["speedup"] else "-",
+                      f"{r['gflops']:.2f}" if r["gflops"] is not None else "-",
+                      f"{r['gbps']:.2f}" if r["gbps"] is not None else "-")
+    console = Console()
+    console.print(table)
+    console.print(f"model latency: {_fmt_time(summary['latency_before_s'])} with defaults -> "
+                  f"{_fmt_time(summary['latency_after_s'])} tuned "
+                  f"({summary['speedup']:.2f}x), {summary['kernels_tuned']} of "
+                  f"{summary['kernels']} kernels tuned; results in {summary['database']}")
+
+
+def cmd_run(args) -> int:
+    from tunesearch.runtime import tuned
+    model = _load_model(args)
+    tuned.use_database(args.db)
+    if args.inputs:
+        try:
+            with np.load(args.inputs) as data:
+                inputs = {name: data[name] for name in data.files}
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read inputs {args.inputs}: {exc}") from None
+    else:
+        inputs = model.random_inputs(seed=0)
+    outputs = model(inputs)
+    profile = model.profile(inputs, repeat=args.repeat)
+    if args.outputs:
+        np.savez(args.outputs, **outputs)
+    summary = {"model": str(args.model), "device": args.device,
+               "latency_s": profile.latency, "kernels": len(profile.kernels),
+               "kernels_tuned": profile.n_tuned, "launch_overhead_s": profile.launch_overhead,
+               "outputs": {k: list(v.shape) for k, v in outputs.items()}}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{Path(args.model).name} on {args.device}: median latency "
+              f"{_fmt_time(profile.latency)} over {args.repeat} runs; {profile.n_tuned} of "
+              f"{len(profile.kernels)} kernels tuned; launch overhead "
+              f"{_fmt_time(profile.launch_overhead)} per kernel")
+        for name, value in outputs.items():
+            print(f"  {name}: shape {value.shape}, mean {float(np.mean(value)):.6g}")
+    return 0
+
+
+def cmd_devices(args) -> int:
+    from tunesearch.runtime.device import DEVICES, get_device
+    found = {}
+    for name in DEVICES:
+        try:
+            info = get_device(name).info()
+            found[name] = {"available": True, "key": info.key, **info.as_dict()}
+        except Exception as exc:  # every reason a device is missing is reported, not raised
+            found[name] = {"available": False, "reason": str(exc).splitlines()[0]}
+    if args.json:
+        print(json.dumps(found, indent=2, default=str))
+        return 0
+    for name, data in found.items():
+        if data["available"]:
+            details = ", ".join(f"{k}={v}" for k, v in data.items()
+                                if k not in ("available", "backend"))
+            print(f"{name:<10} available  {details}")
+        else:
+            print(f"{name:<10} unavailable: {data['reason']}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from tunesearch.report import report
+    return report(_open_store(args.db), args.plot, args.json)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tunesearch import __version__
+    parser = argparse.ArgumentParser(prog="tunesearch", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"tunesearch {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def model_command(name: str, help_text: str):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("model", help="an .onnx file, or example:NAME for a bundled model")
+        p.add_argument("--device", default="cpu", help="cpu, opencl, cuda (default: cpu)")
+        p.add_argument("--db", default=None, help="database URL (default: TUNESEARCH_DB, else "
+                       "a SQLite file in the cache folder)")
+        p.add_argument("--input-shape", action="append", type=_shape_arg, metavar="NAME=SHAPE",
+                       help="bind an input's dynamic dims, e.g. input=1x3x224x224")
+        p.add_argument("--json", action="store_true", help="print a JSON summary")
+        return p
+
+    tune = model_command("tune", "tune every kernel of a model and store the winners")
+    tune.add_argument("--trials", type=int, default=40, help="trials per kernel (default 40)")
+    tune.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                      help="wall time for the whole model")
+    tune.add_argument("--patience", type=int, default=None,
+                      help="stop a kernel after this many trials without improvement")
+    tune.add_argument("--sampler", default="tpe", help="tpe, random, grid, gp, nsga2, cmaes")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--retune", action="store_true", help="tune kernels already in the db")
+    tune.add_argument("--repeat", type=int, default=10, help="runs to time the model")
+    tune.add_argument("--quiet", action="store_true", help="no progress display")
+    tune.set_defaults(func=cmd_tune)
+
+    run = model_command("run", "run a model with its tuned kernels")
+    run.add_argument("--inputs", help="an .npz file of inputs (default: random, seed 0)")
+    run.add_argument("--outputs", help="write the outputs to this .npz file")
+    run.add_argument("--repeat", type=int, default=10, help="runs to time (default 10)")
+    run.set_defaults(func=cmd_run)
+
+    devices = sub.add_parser("devices", help="the devices available here, with fingerprints")
+    devices.add_argument("--json", action="store_true")
+    devices.set_defaults(func=cmd_devices)
+
+    report = sub.add_parser("report", help="speed-ups per device and kernel in a database")
+    report.add_argument("--db", default=None)
+    report.add_argument("--plot", default=None, metavar="FILE.png",
+                        help="a PNG of search convergence and speed-up per kernel")
+    report.add_argument("--json", action="store_true")
+    report.set_defaults(func=cmd_report)
+
+    from tunesearch.db.commands import register
+    register(sub)
+    return parser
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    from tunesearch.db import DatabaseError
+    from tunesearch.onnx import OnnxImportError
+    from tunesearch.runtime.device import CompileError, DeviceUnavailable
+    from tunesearch.search import TuneError
+    from tunesearch.space.config import ConfigError
+    from tunesearch.tensor import ShapeError
+    return (UsageError, DatabaseError, OnnxImportError, DeviceUnavailable, CompileError,
+            TuneError, ConfigError, ShapeError, ValueError, OSError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        print("tunesearch: interrupted; every result found so far is saved", file=sys.stderr)
+        return 130
+    except expected_errors() as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"tunesearch: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,399 @@
+"""Importing ONNX models: the graph becomes Tensor calls, the Tensor graph becomes kernels.
+
+    >>> import numpy as np, tunesearch.onnx
+    >>> model = tunesearch.onnx.load("tunesearch/examples/tiny_cnn.onnx")
+    >>> out = model(np.zeros((1, 3, 32, 32), np.float32))     # {output name: array}
+
+A model is traced once per set of input shapes: initializers become buffers, values known at import
+are folded on the host, and the scheduled kernels, their compiled programs and every buffer are
+kept as a plan. Each later call copies the inputs into the same input buffers and replays the same
+programs, so a call costs the kernels plus a small launch overhead per kernel (`profile` measures
+it). Kernels run with the tuned config the runtime finds for this device, else the default.
+
+Bad input raises an OnnxImportError subclass with a one-line message: ModelNotFoundError,
+NotOnnxError, UnsupportedOperatorError (every unsupported node, by name, in one message) and
+UnboundDimensionError (a dynamic input dimension without a shape from `input_shapes`).
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
+
+from tunesearch import onnx_nn, onnx_shape  # noqa: F401  (register their operators)
+from tunesearch import settings
+from tunesearch.graph.kernel import Kernel
+from tunesearch.graph.schedule import ScheduleItem
+from tunesearch.onnx_ops import (OPS, ModelNotFoundError, NodeContext, NotOnnxError,
+                                 OnnxImportError, UnboundDimensionError, UnsupportedOperatorError,
+                                 UnsupportedTypeError, ends_in_reduce, internal_dtype, materialize,
+                                 onnx_np_dtype, producible)
+from tunesearch.onnx_plan import Plan
+from tunesearch.runtime.device import get_device
+from tunesearch.tensor import Tensor
+
+__all__ = ["load", "OnnxModel", "ValueInfo", "GraphInfo", "Profile", "OnnxImportError",
+           "ModelNotFoundError", "NotOnnxError", "UnsupportedOperatorError",
+           "UnboundDimensionError", "UnsupportedTypeError", "supported_operators"]
+
+ONNX_DOMAINS = ("", "ai.onnx")
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """A model input or output: name, shape (None for a dimension not known) and numpy dtype."""
+    name: str
+    shape: tuple[Optional[int], ...]
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    name: str
+    ir_version: int
+    opset: int
+    producer: str
+    n_nodes: int
+    n_initializers: int
+    n_parameters: int
+    op_counts: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One model run, timed: `latency` is the median of whole calls (copies in and out included),
+    `kernel_seconds` the sum of the kernels' median times, `launch_overhead` the median time a
+    launch adds to its kernel (building the arguments, the call)."""
+    latency: float
+    kernel_seconds: float
+    launch_overhead: float
+    kernels: tuple[tuple[Kernel, float], ...]
+    n_tuned: int  # kernels that ran with a tuned config from the database
+
+
+def supported_operators() -> list[str]:
+    """The ONNX operators the importer implements (some refuse a few settings at load)."""
+    return sorted(OPS)
+
+
+def load(path_or_bytes: Union[str, os.PathLike, bytes, onnx.ModelProto],
+         input_shapes: Optional[dict[str, tuple]] = None, device: Optional[str] = None
+         ) -> "OnnxModel":
+    """Load an ONNX model from a path, bytes or a ModelProto, ready to call on numpy inputs.
+
+    input_shapes binds dynamic dimensions, e.g. {"input": (1, 3, 224, 224)}; device is a device
+    name (default: TUNESEARCH_DEVICE, else "cpu")."""
+    return OnnxModel(_read(path_or_bytes), input_shapes, device)
+
+
+def _read(source) -> onnx.ModelProto:
+    if isinstance(source, onnx.ModelProto):
+        return source
+    base = None
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data, label = bytes(source), "the given bytes"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ModelNotFoundError(f"no such model file: {path}")
+        data, label, base = path.read_bytes(), str(path), path.parent
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise NotOnnxError(f"{label} is not an ONNX model ({exc})") from None
+    if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
+        raise NotOnnxError(f"{label} is not an ONNX model (no graph with outputs)")
+    if base is not None and any(t.data_location == onnx.TensorProto.EXTERNAL
+                                for t in model.graph.initializer):
+        from onnx.external_data_helper import load_external_data_for_model
+        load_external_data_for_model(model, str(base))
+    return model
+
+
+class OnnxModel:
+    """A loaded model: call it with numpy arrays, get {output name: array}."""
+
+    def __init__(self, proto: onnx.ModelProto, input_shapes: Optional[dict[str, tuple]] = None,
+                 device: Optional[str] = None):
+        self.proto = proto
+        self.device = device or settings.default_device()
+        graph = proto.graph
+        self.opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), 1)
+        _check_operators(graph, self.opset, self.device)
+        self.initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        declared = [v for v in graph.input if v.name not in self.initializers]
+        _check_types(declared, "input", internal_dtype)
+        _check_types(graph.output, "output", producible)
+        self.inputs, symbols = _bind_inputs(declared, dict(input_shapes or {}))
+        # what a call may feed: the declared dims, None where a dim is dynamic
+        self._accepts = {v.name: tuple(d if isinstance(d, int) else None
+                                       for d in (_dims(v) or [None] * len(i.shape)))
+                         for v, i in zip(declared, self.inputs)}
+        self.outputs = [ValueInfo(v.name, _declared_shape(v, symbols), _elem_dtype(v))
+                        for v in graph.output]
+        counts = Counter(n.op_type for n in graph.node)
+        self.graph = GraphInfo(graph.name, proto.ir_version, self.opset, proto.producer_name,
+                               len(graph.node), len(graph.initializer),
+                               int(sum(a.size for a in self.initializers.values())),
+                               tuple(sorted(counts.items())))
+        self._fanout = Counter(name for n in graph.node for name in n.input if name)
+        self._fanout.update(v.name for v in graph.output)
+        self._plans: dict[tuple, Plan] = {}
+        self._plan({v.name: v.shape for v in self.inputs})  # trace now: import errors show here
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{v.name}{list(v.shape)}" for v in self.inputs)
+        return f"<OnnxModel {self.graph.name or '?'} ({ins}) {self.graph.n_nodes} nodes on " \
+               f"{self.device}>"
+
+    # ---- calling
+    def __call__(self, *args, **kwargs) -> dict[str, np.ndarray]:
+        """model(x), model(x, y), model({"x": x}) or model(x=x): {output name: array}."""
+        if len(args) == 1 and isinstance(args[0], dict) and not kwargs:
+            return self.run(args[0])
+        if len(args) > len(self.inputs):
+            raise TypeError(f"the model takes {len(self.inputs)} inputs, got {len(args)}")
+        feeds = {v.name: a for v, a in zip(self.inputs, args)}
+        feeds.update(kwargs)
+        return self.run(feeds)
+
+    def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
+        arrays = self._arrays(feeds)
+        outs = self._plan({k: a.shape for k, a in arrays.items()}).run(arrays)
+        return {v.name: out for v, out in zip(self.outputs, outs)}
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Inputs of the bound shapes: normal floats, small non-negative ints, random bools."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        for v in self.inputs:
+            if v.dtype.kind == "f":
+                out[v.name] = rng.standard_normal(v.shape).astype(v.dtype)
+            elif v.dtype.kind in "iu":
+                out[v.name] = rng.integers(0, 4, v.shape).astype(v.dtype)
+            else:
+                out[v.name] = rng.random(v.shape) < 0.5
+        return out
+
+    def schedule(self, inputs: Optional[dict[str, Any]] = None) -> list[ScheduleItem]:
+        """The scheduled kernels of the model for these inputs (arrays or shapes; default: the
+        bound input shapes), in run order. Built once per set of shapes and shared with runs."""
+        shapes = {v.name: tuple(v.shape) for v in self.inputs}
+        for name, value in (inputs or {}).items():
+            shapes[name] = tuple(np.shape(value)) if not isinstance(value, tuple) else value
+        return list(self._plan(shapes).items)
+
+    def profile(self, inputs: Optional[dict[str, Any]] = None, repeat: int = 10) -> Profile:
+        """Time whole calls, and each kernel where it runs in the sequence (after one warm-up
+        call): medians of `repeat` runs. The launch overhead is the median, over every launch, of
+        the time around a launch less the time the device measured for the kernel."""
+        arrays = self._arrays(inputs or self.random_inputs())
+        plan = self._plan({k: a.shape for k, a in arrays.items()})
+        plan.run(arrays)
+        calls = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            plan.run(arrays)
+            calls.append(time.perf_counter() - start)
+        per_step: list[list[float]] = [[] for _ in plan.steps]
+        overheads = []
+        for _ in range(repeat):
+            for times, step in zip(per_step, plan.steps):
+                start = time.perf_counter()
+                seconds = step.program.timed(step.buffers)
+                overheads.append(time.perf_counter() - start - seconds)
+                times.append(seconds)
+        kernels = tuple((s.kernel, statistics.median(t)) for s, t in zip(plan.steps, per_step))
+        return Profile(statistics.median(calls), sum(t for _, t in kernels),
+                       statistics.median(overheads) if overheads else 0.0, kernels,
+                       sum(s.choice.tuned for s in plan.steps))
+
+    def reset_plans(self) -> None:
+        """Forget the traced plans: the next call traces again and looks every kernel's config
+        up again (after tuning in this process, once the runtime's config cache is cleared)."""
+        self._plans.clear()
+
+    # ---- plans
+    def _arrays(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
+        names = [v.name for v in self.inputs]
+        unknown = sorted(set(feeds) - set(names))
+        missing = [n for n in names if n not in feeds]
+        if unknown or missing:
+            raise ValueError(f"the model's inputs are {names}" +
+                             (f"; missing {missing}" if missing else "") +
+                             (f"; unknown {unknown}" if unknown else ""))
+        arrays = {}
+        for v in self.inputs:
+            array, accepts = np.asarray(feeds[v.name]), self._accepts[v.name]
+            if len(array.shape) != len(accepts) or any(
+                    d is not None and d != s for d, s in zip(accepts, array.shape)):
+                raise ValueError(f"input '{v.name}' has shape {array.shape}; the model takes "
+                                 f"{tuple('?' if d is None else d for d in accepts)}")
+            arrays[v.name] = array
+        return arrays
+
+    def _plan(self, shapes: dict[str, tuple]) -> Plan:
+        key = tuple((v.name, tuple(shapes[v.name])) for v in self.inputs)
+        if key not in self._plans:
+            inputs, outs = self.trace(dict(key))
+            self._plans[key] = Plan(get_device(self.device), inputs, outs,
+                                    [v.dtype for v in self.outputs])
+        return self._plans[key]
+
+    def trace(self, shapes: dict[str, tuple]) -> tuple[dict[str, Tensor], list[Any]]:
+        """The model as Tensor calls on placeholder inputs: (input tensors, output values), each
+        output a Tensor or a numpy array (an output known at import)."""
+        values: dict[str, Any] = dict(self.initializers)
+        inputs = {}
+        for v in self.inputs:
+            dt = internal_dtype(v.dtype)
+            inputs[v.name] = values[v.name] = Tensor(np.zeros(shapes[v.name], dt.np),
+                                                     device=self.device, dtype=dt)
+        for node in self.proto.graph.node:
+            ctx = NodeContext(node, self.opset, self.device)
+            for name in node.input:
+                if name and name not in values:
+                    raise OnnxImportError(f"{node.op_type} node '{ctx.name}' reads '{name}', "
+                                          "which no node or input defines before it")
+            args = [values[name] if name else None for name in node.input]
+            try:
+                outs = _evaluate(ctx, args)
+            except OnnxImportError:
+                raise
+            except Exception as exc:  # a shape or value the operator cannot take: one line
+                first = (str(exc).splitlines() or [type(exc).__name__])[0]
+                raise OnnxImportError(f"{node.op_type} node '{ctx.name}': {first}") from exc
+            for name, value in zip(node.output, outs):
+                if name:
+                    if isinstance(value, Tensor) and self._fanout[name] > 1:
+                        value = materialize(value)
+                    values[name] = value
+        return inputs, [values[v.name] for v in self.proto.graph.output]
+
+
+def _evaluate(ctx: NodeContext, args: list) -> tuple:
+    """Run one node: folded on the host when every input is known, else as Tensor calls."""
+    spec = OPS[ctx.op]
+    known = all(not isinstance(a, Tensor) for a in args)
+    if spec.movement:
+        args = [materialize(a) if isinstance(a, Tensor) and ends_in_reduce(a) else a
+                for a in args]
+    if known and spec.host is not None:
+        out = spec.host(ctx, *args)
+    else:
+        out = spec.fn(ctx, *args)
+    outs = out if isinstance(out, tuple) else (out,)
+    if known:
+        outs = tuple(v.numpy() if isinstance(v, Tensor) else v for v in outs)
+    return tuple(v if isinstance(v, Tensor) else np.asarray(v) for v in outs)
+
+
+def _check_operators(graph: onnx.GraphProto, opset: int, device: str) -> None:
+    problems: dict[str, list[str]] = {}
+    for node in graph.node:
+        ctx = NodeContext(node, opset, device)
+        spec = OPS.get(node.op_type) if node.domain in ONNX_DOMAINS else None
+        what = None
+        if spec is None:
+            what = node.op_type if node.domain in ONNX_DOMAINS else f"{node.domain}.{node.op_type}"
+        elif spec.check is not None:
+            what = spec.check(ctx)
+        if what:
+            problems.setdefault(what, []).append(ctx.name)
+    if problems:
+        parts = [f"{what} ({'node' if len(names) == 1 else 'nodes'} "
+                 f"{', '.join(repr(n) for n in names)})" for what, names in problems.items()]
+        raise UnsupportedOperatorError(f"unsupported operators: {'; '.join(parts)}")
+
+
+def _check_types(values, role: str, accept) -> None:
+    """Inputs and outputs must be tensors of a type tunesearch computes with."""
+    problems = []
+    for v in values:
+        if not v.type.HasField("tensor_type"):
+            problems.append(f"{role} '{v.name}' is a {v.type.WhichOneof('value') or 'value'}, "
+                            "not a tensor")
+            continue
+        elem = v.type.tensor_type.elem_type
+        dtype = onnx_np_dtype(elem) if elem else np.dtype(np.float32)
+        try:
+            ok = accept(dtype) is not False
+        except TypeError:
+            ok = False
+        if not ok:
+            problems.append(f"{role} '{v.name}' has element type "
+                            f"{onnx.helper.tensor_dtype_to_string(elem).split('.')[-1]}")
+    if problems:
+        raise UnsupportedTypeError("unsupported types: " + "; ".join(problems) +
+                                   " (tunesearch computes with float, int and bool tensors)")
+
+
+def _elem_dtype(value: onnx.ValueInfoProto) -> np.dtype:
+    dtype = onnx_np_dtype(value.type.tensor_type.elem_type)
+    return dtype if dtype is not None else np.dtype(np.float32)
+
+
+def _dims(value: onnx.ValueInfoProto) -> Optional[list]:
+    """Declared dims: an int, a symbol name (str) or None; None for an unknown rank."""
+    t = value.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+
+
+def _declared_shape(value: onnx.ValueInfoProto, symbols: dict[str, int]) -> tuple:
+    dims = _dims(value) or []
+    return tuple(d if isinstance(d, int) else symbols.get(d) for d in dims)
+
+
+def _bind_inputs(declared: list, given: dict[str, tuple]) -> tuple[list[ValueInfo], dict]:
+    names = [v.name for v in declared]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise OnnxImportError(f"input_shapes names {unknown}, but the model's inputs are {names}")
+    symbols: dict[str, int] = {}
+    bound: dict[str, tuple[int, ...]] = {}
+    for v in declared:
+        if v.name not in given:
+            continue
+        shape, dims = tuple(int(s) for s in given[v.name]), _dims(v)
+        if dims is not None and len(dims) != len(shape):
+            raise OnnxImportError(f"input '{v.name}' has {len(dims)} dims, the given shape "
+                                  f"{shape} has {len(shape)}")
+        for i, (d, s) in enumerate(zip(dims or [None] * len(shape), shape)):
+            if isinstance(d, int) and d != s:
+                raise OnnxImportError(f"input '{v.name}' dim {i} is {d} in the model, not {s}")
+            if isinstance(d, str):
+                symbols.setdefault(d, s)
+        bound[v.name] = shape
+    out = []
+    for v in declared:
+        if v.name not in bound:
+            dims = _dims(v)
+            if dims is None:
+                raise UnboundDimensionError(f"input '{v.name}' has no declared shape; give it "
+                                            f"with input_shapes (CLI: --input-shape "
+                                            f"{v.name}=1x3x224x224)")
+            shape = []
+            for i, d in enumerate(dims):
+                value = d if isinstance(d, int) else symbols.get(d)
+                if value is None:
+                    label = f" ('{d}')" if d else ""
+                    raise UnboundDimensionError(
+                        f"input '{v.name}' has a dynamic dimension {i}{label}; give its shape "
+                        f"with input_shapes (CLI: --input-shape {v.name}=" +
+                        "x".join(str(x) if isinstance(x, int) else "N" for x in dims) + ")")
+                shape.append(value)
+            bound[v.name] = tuple(shape)
+        out.append(ValueInfo(v.name, bound[v.name], _elem_dtype(v)))
+    return out, symbols

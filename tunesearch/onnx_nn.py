@@ -1,0 +1,403 @@
+"""ONNX operators for networks: convolutions, pooling, normalizations, LRN, Pad and Resize.
+
+Windows (the patches a convolution or a pool reads) are a strided view of the padded input: no
+copy where a pool reads them, one im2col copy laid out [.., out positions, channel x kernel] where
+a convolution reads them, so that every convolution is one matmul-like reduce kernel.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from tunesearch.graph import lazy
+from tunesearch.graph.schedule import realize_target
+from tunesearch.graph.view import View
+from tunesearch.onnx_ops import axis_of, materialize, register
+from tunesearch.onnx_shape import gather_known
+from tunesearch.tensor import Tensor
+
+# ---- window geometry
+
+def _spatial_pads(ctx, in_sp, kernel, strides, dilations) -> list[tuple[int, int]]:
+    n = len(kernel)
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for i, k, s, d in zip(in_sp, kernel, strides, dilations):
+            total = max((-(-i // s) - 1) * s + (k - 1) * d + 1 - i, 0)
+            small = total // 2
+            pads.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+        return pads
+    if auto == "VALID":
+        return [(0, 0)] * n
+    flat = ctx.attr("pads", [0] * (2 * n))
+    return list(zip(flat[:n], flat[n:]))
+
+
+def _geometry(ctx, in_sp, kernel, ceil_mode: bool = False):
+    """strides, dilations, pads and output sizes of a conv or pool node."""
+    n = len(kernel)
+    strides = list(ctx.attr("strides", [1] * n))
+    dilations = list(ctx.attr("dilations", [1] * n))
+    pads = _spatial_pads(ctx, in_sp, kernel, strides, dilations)
+    outs = []
+    for i, k, s, d, (b, e) in zip(in_sp, kernel, strides, dilations, pads):
+        span = i + b + e - d * (k - 1) - 1
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (o - 1) * s >= i + b:  # the last window must start inside
+            o -= 1
+        outs.append(o)
+    if any(o <= 0 for o in outs):
+        raise ctx.error(f"kernel {list(kernel)} does not fit input {list(in_sp)}")
+    return strides, dilations, pads, outs
+
+
+def windows(x: Tensor, kernel, strides, dilations, pads, outs, value: float = 0.0) -> Tensor:
+    """The windows of x over its last len(kernel) axes: shape (..., out..., kernel...).
+
+    x is padded to exactly the extent the windows read, written to its own buffer if it is not
+    one already, and read back through one strided view: window (o, j) of an axis reads element
+    o * stride + j * dilation."""
+    n = len(kernel)
+    spatial = x.shape[-n:]
+    extent = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(outs, strides, kernel, dilations)]
+    pad = [(0, 0)] * (x.ndim - n) + [(b, e - i - b) for (b, _), e, i in zip(pads, extent, spatial)]
+    xp = x.pad(pad, value)
+    target = realize_target(xp.node) or xp.node
+    shape = xp.shape
+    step = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    lead = list(shape[:-n])
+    view = View.make(lead + list(outs) + list(kernel),
+                     step[:-n] + [s * st for s, st in zip(strides, step[-n:])] +
+                     [d * st for d, st in zip(dilations, step[-n:])])
+    return Tensor(lazy.load(target, view))
+
+
+def _weight(ctx, w, shape) -> Tensor:
+    return ctx.tensor(np.ascontiguousarray(w).reshape(shape)) if isinstance(w, np.ndarray) \
+        else w.reshape(shape)
+
+
+def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> Tensor:
+    """Convolution as one reduce: im2col windows times the weight, summed over channel x kernel."""
+    n = x.ndim - 2
+    kernel = tuple(w.shape[2:])
+    batch, cin = x.shape[:2]
+    cout, cig = w.shape[:2]
+    if cin != cig * groups or cout % groups:
+        raise ctx.error(f"input channels {cin} do not fit weight {tuple(w.shape)} with "
+                        f"group={groups}")
+    rc = cout // groups
+    outs = []
+    for i, k, s, d, (b, e) in zip(x.shape[2:], kernel, strides, dilations, pads):
+        outs.append((i + b + e - d * (k - 1) - 1) // s + 1)
+    if any(o <= 0 for o in outs):
+        raise ctx.error(f"kernel {list(kernel)} does not fit input {list(x.shape[2:])}")
+    cols = windows(x, kernel, strides, dilations, pads, outs)
+    positions, depth = math.prod(outs), cig * math.prod(kernel)
+    if all(k == 1 for k in kernel):
+        cols = cols.reshape(batch, groups, 1, cig, positions)
+        out = (cols * _weight(ctx, w, (1, groups, rc, cig, 1))).sum(3)
+    else:
+        cols = cols.reshape(batch, groups, cig, *outs, *kernel)
+        order = [0, 1] + [3 + i for i in range(n)] + [2] + [3 + n + i for i in range(n)]
+        cols = cols.permute(order).reshape(batch, groups, 1, positions, depth)
+        out = (cols * _weight(ctx, w, (1, groups, rc, 1, depth))).sum(-1)
+    out = out.reshape(batch, cout, *outs)
+    if bias is not None:
+        out = out + ctx.tensor(bias).reshape(1, cout, *([1] * n))
+    return out
+
+
+@register("Conv")
+def conv(ctx, x, w, bias=None):
+    x = ctx.tensor(x)
+    strides, dilations, pads, _ = _geometry(ctx, x.shape[2:], w.shape[2:])
+    return conv_nd(ctx, x, w, bias, ctx.attr("group", 1), strides, dilations, pads)
+
+
+@register("ConvTranspose")
+def conv_transpose(ctx, x, w, bias=None):
+    """A convolution over the input with (stride - 1) zeros between elements, padded by
+    dilation * (kernel - 1) less the pads, with the weight flipped and its channels swapped."""
+    x = ctx.tensor(x)
+    n, groups = x.ndim - 2, ctx.attr("group", 1)
+    kernel = tuple(w.shape[2:])
+    strides = list(ctx.attr("strides", [1] * n))
+    dilations = list(ctx.attr("dilations", [1] * n))
+    extra = list(ctx.attr("output_padding", [0] * n))
+    in_sp = x.shape[2:]
+    full = [s * (i - 1) + o + (k - 1) * d + 1
+            for i, s, o, k, d in zip(in_sp, strides, extra, kernel, dilations)]
+    auto, shape = ctx.attr("auto_pad", "NOTSET"), ctx.attr("output_shape")
+    if shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = list(shape)[-n:] if shape is not None else [i * s for i, s in zip(in_sp, strides)]
+        totals = [f - t for f, t in zip(full, target)]
+        upper = auto == "SAME_UPPER"
+        pads = [(t // 2, t - t // 2) if upper else (t - t // 2, t // 2) for t in totals]
+    elif auto == "VALID":
+        pads = [(0, 0)] * n
+    else:
+        flat = ctx.attr("pads", [0] * (2 * n))
+        pads = list(zip(flat[:n], flat[n:]))
+    if any(s > 1 for s in strides):
+        batch, cin = x.shape[:2]
+        spread = x.reshape(batch, cin, *[v for i in in_sp for v in (i, 1)])
+        spread = spread.pad([(0, 0), (0, 0)] + [p for s in strides for p in ((0, 0), (0, s - 1))])
+        spread = spread.reshape(batch, cin, *[i * s for i, s in zip(in_sp, strides)])
+        x = spread.shrink([(0, batch), (0, cin)] + [(0, (i - 1) * s + 1)
+                                                    for i, s in zip(in_sp, strides)])
+    cin, rc = w.shape[:2]
+    cig = cin // groups
+    if isinstance(w, np.ndarray):
+        flipped = w.reshape(groups, cig, rc, *kernel).swapaxes(1, 2)
+        flipped = np.flip(flipped, tuple(range(3, 3 + n))).reshape(groups * rc, cig, *kernel)
+        weight = np.ascontiguousarray(flipped)
+    else:
+        weight = w.reshape(groups, cig, rc, *kernel).transpose(1, 2)
+        weight = weight.flip(tuple(range(3, 3 + n))).reshape(groups * rc, cig, *kernel)
+    conv_pads = [(d * (k - 1) - b, d * (k - 1) - e + o)
+                 for d, k, (b, e), o in zip(dilations, kernel, pads, extra)]
+    return conv_nd(ctx, x, weight, bias, groups, [1] * n, dilations, conv_pads)
+
+
+# ---- pooling
+
+def _pool_windows(ctx, x: Tensor, value: float):
+    kernel = list(ctx.attr("kernel_shape"))
+    strides, dilations, pads, outs = _geometry(ctx, x.shape[2:], kernel,
+                                               bool(ctx.attr("ceil_mode", 0)))
+    return windows(x, kernel, strides, dilations, pads, outs, value), (kernel, strides,
+                                                                        dilations, pads, outs)
+
+
+def _check_maxpool(ctx) -> Optional[str]:
+    return "MaxPool with the Indices output" if ctx.n_outputs > 1 else None
+
+
+@register("MaxPool", check=_check_maxpool)
+def max_pool(ctx, x):
+    x = ctx.tensor(x)
+    low = -math.inf if x.dtype.is_float else int(np.iinfo(np.int32).min)
+    wins, (kernel, *_) = _pool_windows(ctx, x, low)
+    return wins.max(tuple(range(-len(kernel), 0)))
+
+
+@register("AveragePool")
+def average_pool(ctx, x):
+    x = ctx.tensor(x)
+    wins, (kernel, strides, dilations, pads, outs) = _pool_windows(ctx, x, 0.0)
+    summed = wins.sum(tuple(range(-len(kernel), 0)))
+    include = bool(ctx.attr("count_include_pad", 0))
+    counts = np.ones((), np.float64)
+    for i, k, s, d, (b, e), o in zip(x.shape[2:], kernel, strides, dilations, pads, outs):
+        pos = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - b
+        lo, hi = (-b, i + e) if include else (0, i)
+        counts = np.multiply.outer(counts, ((pos >= lo) & (pos < hi)).sum(1))
+    if np.all(counts == counts.reshape(-1)[0]):
+        return summed * float(1.0 / counts.reshape(-1)[0])
+    return summed * ctx.tensor((1.0 / counts).astype(np.float32))
+
+
+@register("GlobalAveragePool")
+def global_average_pool(ctx, x):
+    x = ctx.tensor(x)
+    return x.mean(tuple(range(2, x.ndim)), keepdim=True)
+
+
+@register("GlobalMaxPool")
+def global_max_pool(ctx, x):
+    x = ctx.tensor(x)
+    return x.max(tuple(range(2, x.ndim)), keepdim=True)
+
+
+@register("LRN")
+def lrn(ctx, x):
+    """x / (bias + alpha / size * sum of squares over a window of channels) ** beta."""
+    x = materialize(ctx.tensor(x))
+    size = ctx.attr("size")
+    alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
+    channels = x.shape[1]
+    lo = (size - 1) // 2
+    square = (x * x).pad([(0, 0), (lo, size - 1 - lo)] + [(0, 0)] * (x.ndim - 2))
+    rest = [(0, s) for s in x.shape[2:]]
+    total = None
+    for j in range(size):
+        part = square.shrink([(0, x.shape[0]), (j, j + channels)] + rest)
+        total = part if total is None else total + part
+    return x * (total * (alpha / size) + bias) ** (-beta)
+
+
+# ---- normalizations
+
+def _channel_shape(x: Tensor) -> tuple[int, ...]:
+    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def _check_batchnorm(ctx) -> Optional[str]:
+    if ctx.attr("training_mode", 0) or (ctx.n_outputs > 1 and ctx.opset >= 14):
+        return "BatchNormalization in training mode"
+    return None
+
+
+@register("BatchNormalization", check=_check_batchnorm)
+def batch_norm(ctx, x, scale, bias, mean, var):
+    x = ctx.tensor(x)
+    eps = ctx.attr("epsilon", 1e-5)
+    shape = _channel_shape(x)
+    if all(isinstance(v, np.ndarray) for v in (scale, bias, mean, var)):
+        a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+        b = bias.astype(np.float64) - mean.astype(np.float64) * a
+        return x * ctx.tensor(a.astype(np.float32).reshape(shape)) + \
+            ctx.tensor(b.astype(np.float32).reshape(shape))
+    scale, bias, mean, var = (ctx.tensor(v).reshape(shape) for v in (scale, bias, mean, var))
+    return (x - mean) * ((var + eps).rsqrt() * scale) + bias
+
+
+def _normalize(x: Tensor, axes: tuple[int, ...], eps: float):
+    mean = x.mean(axes, keepdim=True)
+    centered = x - mean
+    inv = ((centered * centered).mean(axes, keepdim=True) + eps).rsqrt()
+    return centered * inv, mean, inv
+
+
+@register("InstanceNormalization")
+def instance_norm(ctx, x, scale, bias):
+    x = materialize(ctx.tensor(x))
+    y, _, _ = _normalize(x, tuple(range(2, x.ndim)), ctx.attr("epsilon", 1e-5))
+    shape = _channel_shape(x)
+    return y * ctx.tensor(scale).reshape(shape) + ctx.tensor(bias).reshape(shape)
+
+
+@register("LayerNormalization")
+def layer_norm(ctx, x, scale, bias=None):
+    x = materialize(ctx.tensor(x))
+    axis = axis_of(ctx.attr("axis", -1), x.ndim)
+    y, mean, inv = _normalize(x, tuple(range(axis, x.ndim)), ctx.attr("epsilon", 1e-5))
+    y = y * ctx.tensor(scale)
+    if bias is not None:
+        y = y + ctx.tensor(bias)
+    return y, mean, inv
+
+
+@register("GroupNormalization")
+def group_norm(ctx, x, scale, bias):
+    x = materialize(ctx.tensor(x))
+    groups, channels = ctx.attr("num_groups"), x.shape[1]
+    grouped = x.reshape(x.shape[0], groups, -1)
+    y, _, _ = _normalize(grouped, (2,), ctx.attr("epsilon", 1e-5))
+    y = y.reshape(x.shape)
+    per_channel = []
+    for v in (scale, bias):
+        if math.prod(v.shape) == groups != channels:  # opset 18: one value per group
+            v = np.repeat(v, channels // groups) if isinstance(v, np.ndarray) else \
+                v.reshape(groups, 1).expand(groups, channels // groups).reshape(channels)
+        per_channel.append(ctx.tensor(v).reshape(_channel_shape(x)))
+    return y * per_channel[0] + per_channel[1]
+
+
+# ---- Pad and Resize
+
+@register("Pad", known=(1, 2, 3))
+def pad(ctx, x, pads=None, value=None, axes=None):
+    x = ctx.tensor(x)
+    mode = ctx.attr("mode", "constant")
+    if ctx.opset < 11:
+        flat, fill = list(ctx.attr("pads", ctx.attr("paddings"))), ctx.attr("value", 0.0)
+    else:
+        flat = ctx.ints(pads, "pads")
+        fill = 0 if value is None or value.size == 0 else ctx.host(value, "value").reshape(-1)[0]
+    dims = list(range(x.ndim)) if axes is None else \
+        [axis_of(a, x.ndim) for a in ctx.ints(axes, "axes")]
+    pairs = [(0, 0)] * x.ndim
+    for i, axis in enumerate(dims):
+        pairs[axis] = (flat[i], flat[i + len(dims)])
+    if mode == "constant":
+        fill = float(fill) if x.dtype.is_float else int(fill)
+        return x.pad(pairs, fill).cast(x.dtype)
+    inner = [(max(0, -b), s - max(0, -e)) for (b, e), s in zip(pairs, x.shape)]
+    x = x.shrink(inner)
+    for axis, (b, e) in enumerate(pairs):
+        b, e = max(b, 0), max(e, 0)
+        if b == e == 0:
+            continue
+        size = x.shape[axis]
+
+        def take(lo: int, hi: int, x=x, axis=axis) -> Tensor:
+            return x.shrink([(lo, hi) if a == axis else (0, s) for a, s in enumerate(x.shape)])
+        if mode == "edge":
+            left = [take(0, 1)] * b
+            right = [take(size - 1, size)] * e
+        elif mode == "reflect":
+            left = [take(i, i + 1) for i in range(b, 0, -1)]
+            right = [take(size - 1 - i, size - i) for i in range(1, e + 1)]
+        elif mode == "wrap":
+            left = [take(size - b, size)] if b else []
+            right = [take(0, e)] if e else []
+        else:
+            raise ctx.error(f"mode {mode!r} is not supported")
+        x = Tensor.cat(left + [x] + right, dim=axis)
+    return x
+
+
+def _check_resize(ctx) -> Optional[str]:
+    mode = ctx.attr("mode", "nearest")
+    if mode != "nearest":
+        return f"{ctx.op} with mode={mode} (only nearest)"
+    if ctx.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
+        return f"{ctx.op} with coordinate_transformation_mode=tf_crop_and_resize"
+    return None
+
+
+def nearest_indices(ctx, size: int, out: int, scale: float) -> np.ndarray:
+    """The input index that output position y reads, for each y, by the node's rounding rules."""
+    mode = ctx.attr("coordinate_transformation_mode",
+                    "asymmetric" if ctx.op == "Upsample" or ctx.opset < 11 else "half_pixel")
+    y = np.arange(out, dtype=np.float64)
+    if mode == "align_corners":
+        x = y * (size - 1) / (out - 1) if out > 1 else np.zeros(out)
+    elif mode == "asymmetric":
+        x = y / scale
+    elif mode == "pytorch_half_pixel":
+        x = (y + 0.5) / scale - 0.5 if out > 1 else np.zeros(out)
+    elif mode == "tf_half_pixel_for_nearest":
+        x = (y + 0.5) / scale
+    elif mode == "half_pixel_symmetric":
+        x = size / 2 * (1 - out / (scale * size)) + (y + 0.5) / scale - 0.5
+    else:
+        x = (y + 0.5) / scale - 0.5
+    rounding = ctx.attr("nearest_mode", "round_prefer_floor")
+    if ctx.op == "Upsample" or ctx.opset < 11:
+        rounding = "floor"
+    pick = {"round_prefer_floor": lambda v: np.ceil(v - 0.5),
+            "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+            "floor": np.floor, "ceil": np.ceil}[rounding]
+    return np.clip(pick(x), 0, size - 1).astype(np.int64)
+
+
+@register("Resize", "Upsample", check=_check_resize, known=(1, 2, 3))
+def resize(ctx, x, roi=None, scales=None, sizes=None):
+    x = ctx.tensor(x)
+    if ctx.op == "Upsample" or ctx.opset < 11:
+        scales, sizes = (ctx.attr("scales") if roi is None else roi), None
+    axes = [axis_of(a, x.ndim) for a in ctx.attr("axes", range(x.ndim))]
+    in_sizes = [x.shape[a] for a in axes]
+    if sizes is not None and math.prod(np.shape(sizes)) > 0:
+        wanted = ctx.ints(sizes, "sizes")
+        ratios = [w / i for w, i in zip(wanted, in_sizes)]
+        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            ratio = min(ratios) if policy == "not_larger" else max(ratios)
+            ratios = [ratio] * len(axes)
+            wanted = [int(math.floor(ratio * i + 0.5)) for i in in_sizes]
+    else:
+        ratios = [float(v) for v in np.asarray(ctx.host(scales, "scales")).reshape(-1)]
+        wanted = [int(math.floor(i * r)) for i, r in zip(in_sizes, ratios)]
+    for axis, size, out, ratio in zip(axes, in_sizes, wanted, ratios):
+        idx = nearest_indices(ctx, size, out, ratio)
+        if out != size or np.any(idx != np.arange(size)):
+            x = gather_known(x, axis, idx)
+    return x
+

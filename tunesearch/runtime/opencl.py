@@ -1,0 +1,186 @@
+"""The OpenCL device: OpenCL C from the GPU lowering, built and launched through pyopencl.
+
+It uses any OpenCL platform, a GPU first. Without one, `pip install "tunesearch[opencl]"` brings
+PoCL (pocl-binary-distribution): pyopencl's wheel ships an ICD loader that also reads the .icd
+files in its own folder, where PoCL's is, so no system setup is needed. Kernel times come from
+the queue's profiling events. Artifacts are program binaries, so a program compiled in one
+process (the search's compile pool) is loaded in another (its runner).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import sys
+import warnings
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from tunesearch.graph.dtypes import DType
+from tunesearch.graph.kernel import Kernel
+from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
+                                       Program, Source)
+from tunesearch.space.config import Config
+from tunesearch.space.dialect_gpu import OpenCLDialect
+from tunesearch.space.lower_gpu import render_gpu
+from tunesearch.space.target import Target
+
+INSTALL_HINT = 'pip install "tunesearch[opencl]" (pyopencl, and PoCL to run on the CPU)'
+ARTIFACT_MAGIC = b"tunesearch-opencl-binary\n"
+PROGRAM_CACHE = 64   # built programs kept per process, most recently used
+
+
+def _prepare_icd_loader() -> None:
+    """pyopencl's loader finds no platform at all when OCL_ICD_VENDORS names a path that does not
+    exist (a stale setting), not even the PoCL in its own folder; drop such a setting before the
+    loader first runs. A setting that names a real folder is kept: the loader reads both."""
+    if "pyopencl" in sys.modules:
+        return
+    vendors = os.environ.get("OCL_ICD_VENDORS")
+    if vendors and not os.path.exists(vendors):
+        del os.environ["OCL_ICD_VENDORS"]
+
+
+def _import_pyopencl():
+    _prepare_icd_loader()
+    try:
+        import pyopencl
+    except ImportError as exc:
+        raise DeviceUnavailable(f"pyopencl is not installed ({exc}): {INSTALL_HINT}") from None
+    return pyopencl
+
+
+def _pick_device(cl) -> Any:
+    """The first GPU of any platform, else the first accelerator, else the first device."""
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as exc:
+        raise DeviceUnavailable(f"no OpenCL platform found ({exc}): {INSTALL_HINT}") from None
+    devices = [d for p in platforms for d in p.get_devices()]
+    if not devices:
+        raise DeviceUnavailable(f"OpenCL platforms have no devices: {INSTALL_HINT}")
+    rank = {cl.device_type.GPU: 0, cl.device_type.ACCELERATOR: 1}
+    return min(devices, key=lambda d: min((v for t, v in rank.items() if d.type & t), default=2))
+
+
+class OpenCLDevice(Device):
+    name = "opencl"
+    # options for clBuildProgram; conformance tests add -cl-opt-disable to build faster
+    build_options: tuple[str, ...] = ()
+
+    def __init__(self):
+        cl = self.cl = _import_pyopencl()
+        self.device = _pick_device(cl)
+        self.context = cl.Context([self.device])
+        self.queue = cl.CommandQueue(
+            self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.dialect = OpenCLDialect()
+        self._programs: OrderedDict[str, Any] = OrderedDict()
+
+    @functools.cache
+    def info(self) -> DeviceInfo:
+        d = self.device
+        fingerprint = (
+            ("backend", "opencl"), ("platform", d.platform.name.strip()),
+            ("platform_version", d.platform.version.strip()), ("name", d.name.strip()),
+            ("vendor", d.vendor.strip()), ("driver", d.driver_version.strip()),
+            ("version", d.version.strip()), ("opencl_c", d.opencl_c_version.strip()),
+            ("compute_units", d.max_compute_units), ("max_work_group", d.max_work_group_size),
+            ("local_memory", d.local_mem_size), ("build_options", " ".join(self.build_options)))
+        sizes = tuple(int(s) for s in d.max_work_item_sizes)
+        target = Target("gpu", max_local_size=int(d.max_work_group_size),
+                        max_local_dims=sizes, local_memory=int(d.local_mem_size),
+                        compute_units=int(d.max_compute_units),
+                        warp=32 if d.type & self.cl.device_type.GPU else 1)
+        return DeviceInfo("opencl", d.name.strip(), fingerprint, target)
+
+    # ---- memory
+    def alloc(self, size: int, dtype: DType) -> Buffer:
+        flags = self.cl.mem_flags.READ_WRITE
+        return Buffer(self.name, size, dtype,
+                      self.cl.Buffer(self.context, flags, max(size * dtype.itemsize, 1)))
+
+    def copyin(self, buffer: Buffer, array: np.ndarray) -> None:
+        host = np.ascontiguousarray(array, buffer.dtype.np).reshape(-1)
+        if host.size:
+            self.cl.enqueue_copy(self.queue, buffer.handle, host, is_blocking=True)
+
+    def copyout(self, buffer: Buffer) -> np.ndarray:
+        host = np.empty(buffer.size, buffer.dtype.np)
+        if host.size:
+            self.cl.enqueue_copy(self.queue, host, buffer.handle, is_blocking=True)
+        return host
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+    # ---- programs
+    def render(self, kernel: Kernel, config: Config) -> Source:
+        text, global_size, local_size = render_gpu(kernel, config, self.dialect, kernel.name)
+        return Source(text, kernel.name, kernel.key, len(kernel.buffers), global_size,
+                      local_size)
+
+    def _build(self, program, what: str):
+        cl = self.cl
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                return program.build(options=list(self.build_options))
+        except cl.Error as exc:
+            raise CompileError(f"OpenCL build of {what} failed:\n{str(exc)[-4000:]}") from None
+
+    def compile(self, source: Source) -> bytes:
+        """Build the source; the artifact is the device's program binary."""
+        program = self._build(self.cl.Program(self.context, source.text), source.entry)
+        binary = program.get_info(self.cl.program_info.BINARIES)[0]
+        self._remember(ARTIFACT_MAGIC + bytes(binary), program)
+        return ARTIFACT_MAGIC + bytes(binary)
+
+    def _remember(self, artifact: bytes, program) -> None:
+        key = hashlib.sha256(artifact).hexdigest()
+        self._programs[key] = program
+        self._programs.move_to_end(key)
+        while len(self._programs) > PROGRAM_CACHE:
+            self._programs.popitem(last=False)
+
+    def _program(self, artifact: bytes, source: Source):
+        """The built program of an artifact: cached, else from its binary, else from source."""
+        key = hashlib.sha256(artifact).hexdigest()
+        if key in self._programs:
+            self._programs.move_to_end(key)
+            return self._programs[key]
+        program = None
+        if artifact.startswith(ARTIFACT_MAGIC):
+            binary = artifact[len(ARTIFACT_MAGIC):]
+            try:
+                program = self._build(
+                    self.cl.Program(self.context, [self.device], [binary]), source.entry)
+            except (CompileError, self.cl.Error):
+                program = None  # another driver's binary: rebuild from the source
+        if program is None:
+            program = self._build(self.cl.Program(self.context, source.text), source.entry)
+        self._remember(artifact, program)
+        return program
+
+    def load(self, artifact: bytes, source: Source) -> Program:
+        kernel = getattr(self._program(artifact, source), source.entry)
+        queue, global_size, local_size = self.queue, source.global_size, source.local_size
+        empty = not global_size or 0 in global_size
+
+        def launch(buffers: list[Buffer]):
+            return kernel(queue, global_size, local_size, *[b.handle for b in buffers])
+
+        def run(buffers: list[Buffer]) -> None:
+            if not empty:
+                launch(buffers)
+
+        def timed(buffers: list[Buffer]) -> float:
+            if empty:
+                return 0.0
+            event = launch(buffers)
+            event.wait()
+            return (event.profile.end - event.profile.start) * 1e-9
+
+        return Program(run, timed, source)

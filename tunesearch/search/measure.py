@@ -1,0 +1,219 @@
+"""Measuring candidates: compiled in parallel, run in an isolated process, verified, timed.
+
+    with DeviceMeasurer("cpu") as measurer:
+        [result] = measurer.measure(kernel, [space.default()])
+        result.time_s, result.spread      # or result.error, result.message
+
+A Measurer answers a batch of configs of one kernel with one MeasureResult each. DeviceMeasurer
+does it for real; SimulatedMeasurer answers from a table or a function, so search strategies can
+be tested and compared without hardware.
+"""
+from __future__ import annotations
+
+import statistics
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Union
+
+import numpy as np
+
+from tunesearch.graph.kernel import Kernel
+from tunesearch.runtime.device import Device, Source
+from tunesearch.search import verify
+from tunesearch.search.results import MeasureResult
+from tunesearch.search.runner import CompilePool, Runner, machine_cores
+from tunesearch.search._runner_child import Timing, guard_values
+from tunesearch.space.config import Config
+
+GUARD_ELEMENTS = 4096
+
+
+class Measurer(ABC):
+    """Measures configs of a kernel. `batch_size` configs are worth asking for at once."""
+
+    batch_size: int = 1
+
+    @abstractmethod
+    def measure(self, kernel: Kernel, configs: list[Config]) -> list[MeasureResult]:
+        """One result per config, in order. A config measured before may be answered again."""
+
+    def retime(self, kernel: Kernel, configs: list[Config]) -> list[MeasureResult]:
+        """Time finalists again, more carefully, before a winner is chosen."""
+        return self.measure(kernel, configs)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def summarize(config: Config, times: list[float]) -> MeasureResult:
+    """The median time and its relative spread (interquartile range / median)."""
+    median = statistics.median(times)
+    if len(times) >= 4:
+        q1, _, q3 = statistics.quantiles(times, n=4)
+        spread = (q3 - q1) / median if median > 0 else 0.0
+    else:
+        spread = (max(times) - min(times)) / median if median > 0 else 0.0
+    return MeasureResult(config, median, spread, repeats=len(times))
+
+
+@dataclass
+class _KernelState:
+    """What is kept per kernel: the inputs and reference, and the fastest time so far."""
+    kernel: Kernel
+    inputs: list[np.ndarray]
+    reference: np.ndarray
+    tolerance: float
+    fill: np.ndarray
+    guard: np.ndarray
+    best_s: float | None = None
+
+
+class DeviceMeasurer(Measurer):
+    """Real measurements on a device, safe against candidates that crash, hang or lie.
+
+    timeout_s is the floor of the hard limit on one run in the runner process (the limit grows with the
+    fastest time seen: a candidate `slow_cutoff` times slower than it is timed once and dropped);
+    first_timeout_s applies while a kernel has no time yet. `timing` is for trials, `final_timing`
+    for re-timing finalists.
+    """
+
+    def __init__(self, device: str | Device, *, seed: int = 0, timeout_s: float = 10.0,
+                 first_timeout_s: float = 120.0, timing: Timing = Timing(),
+                 final_timing: Timing = Timing(warmup=1, min_time_s=0.25, min_repeats=7,
+                                               max_repeats=2000),
+                 compile_workers: int | None = None, compile_timeout_s: float = 300.0,
+                 slow_cutoff: float = 10.0, kernels_kept: int = 4):
+        self.device_name = device if isinstance(device, str) else device.name
+        self.seed, self.timeout_s, self.first_timeout_s = seed, timeout_s, first_timeout_s
+        self.timing, self.final_timing, self.slow_cutoff = timing, final_timing, slow_cutoff
+        self.pool = CompilePool(self.device_name, compile_workers, compile_timeout_s)
+        self.runner = Runner(self.device_name)
+        self.batch_size = compile_workers or machine_cores()
+        self._kernels: OrderedDict[str, _KernelState] = OrderedDict()
+        self._kernels_kept = kernels_kept
+        self._results: dict[tuple[str, Config], MeasureResult] = {}
+        self._built: dict[tuple[str, Config], tuple[Source, bytes]] = {}
+
+    # ---- per kernel: inputs and reference, computed once
+    def state(self, kernel: Kernel) -> _KernelState:
+        state = self._kernels.get(kernel.key)
+        if state is None:
+            inputs = verify.make_inputs(kernel, self.seed)
+            reference = verify.reference_output(kernel, inputs)
+            out = kernel.buffers[0]
+            guard = guard_values(out.dtype.name, min(GUARD_ELEMENTS, max(out.size, 64)))
+            state = _KernelState(kernel, inputs, reference, verify.tolerance(kernel),
+                                 verify.unwritten_fill(reference), guard)
+            self._kernels[kernel.key] = state
+            while len(self._kernels) > self._kernels_kept:
+                old, _ = self._kernels.popitem(last=False)
+                self._built = {k: v for k, v in self._built.items() if k[0] != old}
+        self._kernels.move_to_end(kernel.key)
+        return state
+
+    def measure(self, kernel: Kernel, configs: list[Config]) -> list[MeasureResult]:
+        todo = list(dict.fromkeys(c for c in configs if (kernel.key, c) not in self._results))
+        for config, result in zip(todo, self._run_all(kernel, todo, final=False)):
+            self._results[(kernel.key, config)] = result
+        return [self._results[(kernel.key, c)] for c in configs]
+
+    def retime(self, kernel: Kernel, configs: list[Config]) -> list[MeasureResult]:
+        return self._run_all(kernel, configs, final=True)
+
+    def _run_all(self, kernel: Kernel, configs: list[Config], final: bool
+                 ) -> list[MeasureResult]:
+        if not configs:
+            return []
+        missing = [c for c in configs if (kernel.key, c) not in self._built]
+        compiling = self.pool.submit(kernel, missing)
+        state = self.state(kernel)  # the reference is computed while the compilers run
+        failed: dict[Config, MeasureResult] = {}
+        for config, built in zip(missing, self.pool.collect(compiling)):
+            if built[0] == "ok":
+                self._built[(kernel.key, config)] = built[1:3]
+            else:
+                failed[config] = MeasureResult.failed(config, "compile", built[1])
+        buffer_specs = [(b.size, b.dtype.name) for b in kernel.buffers]
+        self.runner.load(kernel.key, buffer_specs, state.inputs, state.fill, state.guard)
+        return [failed[c] if c in failed else self._run_one(state, c, final) for c in configs]
+
+    def _run_one(self, state: _KernelState, config: Config, final: bool) -> MeasureResult:
+        source, artifact = self._built[(state.kernel.key, config)]
+        timing = self.final_timing if final else self.timing
+        if state.best_s is None:
+            timeout = self.first_timeout_s
+        else:
+            # a run slower than the cutoff is timed once (trials only: finalists are timed
+            # fully); a run far slower than that is hung, as far as tuning is concerned
+            cutoff = self.slow_cutoff * state.best_s
+            if not final:
+                timing = replace(timing, cutoff_s=cutoff)
+            timeout = self.timeout_s + timing.min_time_s + \
+                (2 + timing.warmup + timing.min_repeats) * cutoff
+        reply = self.runner.run(artifact, source, timing, timeout)
+        if reply[0] == "error":
+            return MeasureResult.failed(config, reply[1], reply[2])
+        first, times, guard_ok, changed = reply[1:]
+        if not guard_ok:
+            return MeasureResult.failed(config, "crash", "wrote out of bounds: the canary past the "
+                                        "end of the output buffer was overwritten")
+        ok, max_error, message = verify.compare(first, state.reference, state.tolerance)
+        if ok and changed is not None:
+            ok, later_error, message = verify.compare(changed, state.reference, state.tolerance)
+            max_error = max(max_error, later_error)
+            message = f"the output changed between runs: {message}"
+        if not ok:
+            return MeasureResult.failed(config, "wrong", message, max_error)
+        result = replace(summarize(config, times), max_error=max_error)
+        if state.best_s is None or result.time_s < state.best_s:
+            state.best_s = result.time_s
+        return result
+
+    def close(self) -> None:
+        self.runner.close()
+        self.pool.close()
+
+
+# a simulated answer: seconds, None (the candidate crashes), or a full MeasureResult
+SimValue = Union[float, None, MeasureResult]
+
+
+class SimulatedMeasurer(Measurer):
+    """Answers from a table config -> value or a function config -> value, without hardware.
+
+    `by_kernel` gives a table or function per kernel key (for runs over several kernels); a
+    config with no answer fails as a crash. `calls` lists every config measured, in order, so
+    tests can see what a strategy asked for; `retimes` the finalists re-timed.
+    """
+
+    def __init__(self, table: Mapping[Config, SimValue] | Callable[[Config], SimValue] = None,
+                 *, by_kernel: Mapping[str, Mapping | Callable] | None = None,
+                 batch_size: int = 1):
+        self.table, self.by_kernel = table, dict(by_kernel or {})
+        self.batch_size = batch_size
+        self.calls: list[Config] = []
+        self.retimes: list[Config] = []
+
+    def _answer(self, kernel: Kernel, config: Config) -> MeasureResult:
+        source = self.by_kernel.get(kernel.key, self.table)
+        value = source(config) if callable(source) else (source or {}).get(config)
+        if isinstance(value, MeasureResult):
+            return replace(value, config=config)
+        if value is None:
+            return MeasureResult.failed(config, "crash", "no simulated time for this config")
+        return MeasureResult(config, float(value), 0.0, repeats=1)
+
+    def measure(self, kernel: Kernel, configs: list[Config]) -> list[MeasureResult]:
+        self.calls += configs
+        return [self._answer(kernel, c) for c in configs]
+
+    def retime(self, kernel: Kernel, configs: list[Config]) -> list[MeasureResult]:
+        self.retimes += configs
+        return [self._answer(kernel, c) for c in configs]

@@ -1,0 +1,260 @@
+"""Tuning a list of kernels (a schedule, a model) on one device, and saving the winners.
+
+    report = tune_kernels([item.kernel for item in schedule], "cpu", Budget(trials=50),
+                          store=Store())
+    print(report.to_json())
+
+Each kernel is tuned once however often it appears. Kernels the store already has a result for on
+this device are skipped unless retune=True. The default config of every kernel is measured first;
+the budget then goes where the run time is: a kernel's share is its default time times its
+number of occurrences. Each result is written to the store as soon as it is final, so Ctrl-C
+loses nothing already found: the kernel being tuned keeps its best so far and the run stops.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
+
+from tunesearch.db import (DatabaseError, DeviceRecord, KernelRecord, ResultRecord,
+                           TrialRecord)
+from tunesearch.graph.kernel import Kernel
+from tunesearch.runtime.device import Device, DeviceUnavailable, get_device
+from tunesearch.search.measure import DeviceMeasurer, Measurer
+from tunesearch.search.progress import Progress, RichProgress
+from tunesearch.search.results import (Budget, KernelResult, MeasureResult, SearchResult,
+                                       TuneError, TuneReport)
+from tunesearch.search.samplers import DEFAULT_SAMPLER, SAMPLERS
+from tunesearch.search.study import search_kernel
+from tunesearch.space.config import SPACE_VERSION, Config, ConfigError
+from tunesearch.space.space import Space, space_for
+
+
+@dataclass
+class _Job:
+    kernel: Kernel
+    occurrences: int
+    space: Space
+    default: MeasureResult | None = None
+
+    @property
+    def weight(self) -> float:
+        return self.occurrences * self.default.time_s if self.default and self.default.ok else 0.0
+
+    @property
+    def single(self) -> bool:
+        return all(len(p.choices) <= 1 for p in self.space.parameters())
+
+
+def unique_kernels(kernels: Iterable) -> list[tuple[Kernel, int]]:
+    """(kernel, occurrences) by key, in order of first appearance; schedule items are accepted."""
+    counts: dict[str, list] = {}
+    for item in kernels:
+        kernel = getattr(item, "kernel", item)
+        if kernel.key in counts:
+            counts[kernel.key][1] += 1
+        else:
+            counts[kernel.key] = [kernel, 1]
+    return [(kernel, n) for kernel, n in counts.values()]
+
+
+def _device(device: str | Device) -> Device:
+    if not isinstance(device, str):
+        return device
+    try:
+        return get_device(device)
+    except (DeviceUnavailable, ImportError) as exc:
+        raise TuneError(f"cannot tune on device {device!r}: {exc}") from None
+
+
+def _result(job: _Job, search: SearchResult | None, status: str) -> KernelResult:
+    """What tuning one kernel found (search is None for a one-config space)."""
+    kernel, measured = job.kernel, job.default
+    if search is not None:
+        base = KernelResult(kernel.key, kernel.name, status, job.occurrences,
+                            trials=search.measured, failures=search.failures(),
+                            sampler=search.sampler, seconds=search.seconds,
+                            stopped_by=search.stopped_by)
+        best, default = search.best, search.default
+    else:
+        base = KernelResult(kernel.key, kernel.name, status, job.occurrences,
+                            trials=1 if measured else 0, sampler="none",
+                            failures={measured.error: 1} if measured and measured.error else {})
+        best = default = measured
+    if best is None or not best.ok:
+        reason = measured.message if measured and measured.error else ""
+        return replace(base, status="failed" if status != "interrupted" else status,
+                       message=f"no config ran correctly. {reason}".strip())
+    default_s = default.time_s if default is not None and default.ok else None
+    return replace(base, config=best.config, time_s=best.time_s, spread=best.spread,
+                   gflops=kernel.flops / best.time_s / 1e9, gbps=kernel.bytes / best.time_s / 1e9,
+                   default_time_s=default_s,
+                   speedup=default_s / best.time_s if default_s else None)
+
+
+def _save(store, device: Device, job: _Job, result: KernelResult,
+          search: SearchResult | None) -> KernelResult:
+    """Write one kernel's result (and its measured trials) to the store."""
+    kernel, info = job.kernel, device.info()
+    trials = []
+    if search is not None:
+        for t in search.trials:
+            if t.measured:
+                error = f"{t.result.error}: {t.result.message}"[:500] if t.result.error else None
+                trials.append(TrialRecord(t.number, json.loads(t.result.config.to_json()),
+                                          t.result.time_s, error))
+    record = ResultRecord(  # 0.0 stands for "unknown": the default config did not run
+        config=json.loads(result.config.to_json()), time_s=result.time_s,
+        spread=result.spread, gflops=result.gflops, gbps=result.gbps,
+        default_time_s=result.default_time_s or 0.0, speedup=result.speedup or 0.0,
+        trials=result.trials, sampler=result.sampler)
+    saved = store.record(
+        KernelRecord(kernel.key, kernel.name, kernel.canonical(), kernel.ops_summary(),
+                     "x".join(map(str, kernel.domain)), SPACE_VERSION),
+        DeviceRecord(info.key, info.backend, info.name, info.as_dict()), record, trials=trials)
+    return replace(result, saved=bool(saved))
+
+
+def _stored(job: _Job, record, space: Space) -> KernelResult | None:
+    """The store's result as this run's, or None when its config no longer fits the space."""
+    try:
+        config = Config.from_json(record.config)
+    except ConfigError:
+        return None
+    if space.validate(config) is not None:
+        return None
+    return KernelResult(job.kernel.key, job.kernel.name, "stored", job.occurrences, config,
+                        record.time_s, record.spread, record.gflops, record.gbps,
+                        record.default_time_s or None, record.speedup or None, record.trials,
+                        sampler=record.sampler,
+                        message="already in the database (retune=True tunes it again)")
+
+
+def _default(job: _Job, measurer: Measurer) -> MeasureResult:
+    default = job.space.default()
+    reason = job.space.validate(default)
+    if reason:
+        return MeasureResult.failed(default, "invalid", f"the default config: {reason}")
+    return measurer.measure(job.kernel, [default])[0]
+
+
+def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budget(),
+                 sampler: str = DEFAULT_SAMPLER, seed: int = 0, store=None,
+                 progress: bool | Progress = True, retune: bool = False,
+                 on_result: Callable[[KernelResult], None] | None = None, *,
+                 measurer: Measurer | None = None, storage: str | None = None) -> TuneReport:
+    """Tune every unique kernel on device; returns a TuneReport (see the module docstring).
+
+    store: a tunesearch.db.Store to skip known kernels and save winners (None: save nothing).
+    progress: True draws with rich on stderr, False is quiet, or a Progress of your own.
+    measurer: DeviceMeasurer(device, seed=seed) unless given (e.g. a SimulatedMeasurer).
+    storage: an Optuna storage URL for the studies (None: in memory).
+    Raises TuneError, with one line for the user, for an unavailable device, a zero budget, an
+    unknown sampler or a read-only store, before anything is measured.
+    """
+    problem = budget.problem()
+    if problem:
+        raise TuneError(problem)
+    if sampler not in SAMPLERS:
+        raise TuneError(f"unknown sampler {sampler!r}; known samplers: {', '.join(SAMPLERS)}")
+    dev = _device(device)
+    info = dev.info()
+    if store is not None and getattr(store, "readonly", False):
+        raise TuneError(f"cannot save: database {getattr(store, 'where', store)} is read-only")
+    start = time.monotonic()
+    view = progress if isinstance(progress, Progress) else \
+        RichProgress() if progress else Progress()
+    own_measurer = measurer is None
+    measurer = measurer or DeviceMeasurer(dev, seed=seed)
+    jobs = [_Job(kernel, n, space_for(kernel, info.target)) for kernel, n in
+            unique_kernels(kernels)]
+    results: dict[str, KernelResult] = {}
+    notes: list[str] = []
+    interrupted = False
+
+    def finish(result: KernelResult) -> None:
+        results[result.kernel_key] = result
+        view.kernel_done(result)
+        if on_result is not None:
+            on_result(result)
+
+    try:
+        todo = []
+        for job in jobs:
+            known = store.lookup(job.kernel.key, info.key) if store is not None and not retune \
+                else None
+            stored = _stored(job, known, job.space) if known is not None else None
+            if known is not None and stored is None:
+                notes.append(f"the stored config of {job.kernel.name} no longer fits its space; "
+                             "tuning it again")
+            if stored is not None:
+                finish(stored)
+            else:
+                todo.append(job)
+        for i, job in enumerate(todo):
+            view.defaults(i, len(todo), job.kernel.name)
+            job.default = _default(job, measurer)
+        # the heaviest first: if the run is cut short, the kernels that matter are done
+        todo.sort(key=lambda j: -j.weight)
+        fallback = max((j.weight for j in todo), default=0.0) or 1.0
+        weights = [j.weight or fallback for j in todo]  # a failing default still deserves a search
+        trials_left = budget.trials * len(todo) if budget.trials is not None else None
+        for i, job in enumerate(todo):
+            share = weights[i] / sum(weights[i:])
+            result, search = _tune_one(job, i, len(todo), measurer, budget, share, trials_left,
+                                       len(todo) - i - 1, start, sampler, seed, storage,
+                                       info.key, view)
+            if search is not None:
+                notes += [n for n in search.notes if n not in notes]
+                if trials_left is not None:
+                    trials_left = max(0, trials_left - search.measured)
+            if store is not None and result.time_s is not None:
+                try:
+                    result = _save(store, dev, job, result, search)
+                except DatabaseError as exc:
+                    result = replace(result, message=f"not saved: {exc}")
+            finish(result)
+            if result.status == "interrupted":
+                interrupted = True
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if own_measurer:
+            measurer.close()
+        for note in notes:
+            view.note(note)
+        view.close()
+    ordered = [results.get(job.kernel.key) or KernelResult(
+        job.kernel.key, job.kernel.name, "skipped", job.occurrences,
+        message="the run was interrupted before this kernel") for job in jobs]
+    return TuneReport(info.key, info.name, tuple(ordered), interrupted,
+                      time.monotonic() - start, tuple(notes))
+
+
+def _tune_one(job: _Job, index: int, total: int, measurer: Measurer, budget: Budget,
+              share: float, trials_left: int | None, after: int, start: float, sampler: str,
+              seed: int, storage: str | None, device_key: str, view: Progress
+              ) -> tuple[KernelResult, SearchResult | None]:
+    """Search one kernel with its share of what is left of the budget (`after` kernels are
+    still to come, and each keeps a floor of a quarter of the per-kernel trials)."""
+    if job.single:
+        view.kernel_start(index, total, job.kernel.name, 1, None)
+        return _result(job, None, "single"), None
+    trials = None
+    if trials_left is not None:
+        floor = max(1, budget.trials // 4)  # no kernel is left with nothing
+        trials = max(floor, round(max(0, trials_left - floor * after) * share))
+    seconds = budget.seconds
+    if budget.total_seconds is not None:
+        left = max(0.0, budget.total_seconds - (time.monotonic() - start))
+        seconds = min(seconds, left * share) if seconds is not None else left * share
+    default_s = job.default.time_s if job.default and job.default.ok else None
+    view.kernel_start(index, total, job.kernel.name, trials, default_s)
+    search = search_kernel(
+        job.kernel, job.space, measurer, replace(budget, trials=trials, seconds=seconds),
+        sampler, seed, storage=storage, device_key=device_key, default_result=job.default,
+        on_trial=lambda trial, best, measured: view.trial(measured, best.time_s if best else None))
+    status = "interrupted" if search.stopped_by == "interrupted" else "tuned"
+    return _result(job, search, status), search
