@@ -84,7 +84,7 @@ def sweep_configs(space, threads: int):
     if k.n_reduce and len(real) >= 2:
         row, col = real[-2], real[-1]
         for ur, uc, unroll, order_first in itertools.product(
-                (4, 6, 8), (16, 32, 48, 64), (2, 4), (row, col)):
+                (4, 6, 8), (16, 32, 64), (4,), (row, col)):
             upcast = [1] * n_out
             upcast[row], upcast[col] = min(ur, k.domain[row]), min(uc, k.domain[col])
             order = tuple([a for a in range(n_out) if a not in (row, col)] +

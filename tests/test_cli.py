@@ -77,3 +77,12 @@ def test_report_with_plot(tmp_path):
     png = tmp_path / "report.png"
     out = cli("report", "--db", db, "--plot", str(png), check=True).stdout
     assert "speed-up" in out and png.stat().st_size > 1000
+
+
+def test_tune_with_workers_then_status(tmp_path):
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    out = json.loads(cli("tune", "example:tiny_cnn", "--trials", "3", "--workers", "2", "--json",
+                         "--repeat", "2", db=db, check=True).stdout)
+    assert out["kernels_tuned"] > 0
+    status = json.loads(cli("status", "--db", db, "--json", check=True).stdout)
+    assert "tiny_cnn" in json.dumps(status)

@@ -80,8 +80,17 @@ def cmd_tune(args) -> int:
     store = _open_store(args.db)
     budget = Budget(trials=args.trials, total_seconds=args.time_budget, patience=args.patience)
     quiet = args.quiet or args.json
-    report = tune_kernels(kernels, args.device, budget, sampler=args.sampler, seed=args.seed,
-                          store=store, progress=not quiet, retune=args.retune)
+    if args.workers > 1:
+        from tunesearch.search.workers import run_workers
+        report = run_workers(kernels, args.device, budget, sampler=args.sampler, seed=args.seed,
+                             db_url=store.url, n_workers=args.workers,
+                             model=Path(args.model).stem, retune=args.retune,
+                             weights={k.key: t for k, t in before.kernels}, progress=not quiet)
+    else:
+        from tunesearch.search.workers import study_storage
+        report = tune_kernels(kernels, args.device, budget, sampler=args.sampler,
+                              seed=args.seed, store=store, progress=not quiet,
+                              retune=args.retune, storage=_studies(study_storage, store.url))
     after = _profile(model, inputs, args.repeat, store.url, use_db=True)
     default_time = {k.key: t for k, t in before.kernels}
     total = sum(default_time.values()) or 1.0
@@ -102,6 +111,15 @@ def cmd_tune(args) -> int:
     else:
         _print_tune_table(summary)
     return 130 if report.interrupted else 0
+
+
+def _studies(study_storage, url: str):
+    """Optuna storage beside the results, so `tunesearch dashboard` shows every study; None
+    (studies in memory) where it cannot be opened."""
+    try:
+        return study_storage(url)
+    except Exception:  # the studies are a convenience; the results are what must be saved
+        return None
 
 
 def _fmt_time(seconds) -> str:
@@ -189,6 +207,21 @@ def cmd_report(args) -> int:
     return report(_open_store(args.db), args.plot, args.json)
 
 
+def cmd_status(args) -> int:
+    from tunesearch.status import print_status, status
+    info = status(args.db)
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        print_status(info)
+    return 0
+
+
+def cmd_dashboard(args) -> int:
+    from tunesearch.dashboard import serve_dashboard
+    return serve_dashboard(args.db, args.host, args.port) or 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tunesearch import __version__
     parser = argparse.ArgumentParser(prog="tunesearch", description=__doc__.splitlines()[0])
@@ -217,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--retune", action="store_true", help="tune kernels already in the db")
     tune.add_argument("--repeat", type=int, default=10, help="runs to time the model")
     tune.add_argument("--quiet", action="store_true", help="no progress display")
+    tune.add_argument("--workers", type=int, default=1,
+                      help="worker processes here; the same command on other machines joins in")
     tune.set_defaults(func=cmd_tune)
 
     run = model_command("run", "run a model with its tuned kernels")
@@ -235,6 +270,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a PNG of search convergence and speed-up per kernel")
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=cmd_report)
+
+    status = sub.add_parser("status", help="kernels done, in progress and waiting per device")
+    status.add_argument("--db", default=None)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+    dash = sub.add_parser("dashboard", help="optuna-dashboard on the studies in a database")
+    dash.add_argument("--db", default=None)
+    dash.add_argument("--host", default="127.0.0.1")
+    dash.add_argument("--port", type=int, default=8080)
+    dash.set_defaults(func=cmd_dashboard)
 
     from tunesearch.db.commands import register
     register(sub)

@@ -150,7 +150,7 @@ def test_prune_removes_old_space_versions_and_unseen_devices(store_url, make):
 def test_schema_is_created_at_head(store_url):
     with Store(store_url) as store:
         assert store.revision_before is None
-        assert store.revision == "v2_trials_history"
+        assert store.revision == "v3_leases"
     engine = create_engine(normalize_url(store_url))
     assert {"kernels", "devices", "results", "trials", "alembic_version"} <= set(
         inspect(engine).get_table_names())

@@ -113,3 +113,71 @@ class Trial(Base):
     time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Work(Base):
+    """A kernel that a tuning run of a model registered for a device (for `tunesearch status`).
+
+    The database knows kernels, not models: this table remembers which models asked for which
+    kernels, so that progress can be shown per model. Leases are per kernel, so two models that
+    share a kernel share its tuning.
+    """
+
+    __tablename__ = "work"
+    __table_args__ = (UniqueConstraint("model", "kernel_key", "device_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model: Mapped[str] = mapped_column(String(255))
+    kernel_key: Mapped[str] = mapped_column(String(255))
+    device_key: Mapped[str] = mapped_column(String(255))
+    kernel_name: Mapped[str] = mapped_column(String(255))
+    occurrences: Mapped[int] = mapped_column(Integer)
+    registered: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Lease(Base):
+    """Who tunes a (kernel, device) now: one row per slot, claimed by one worker at a time.
+
+    state is waiting, running, done or failed; a running lease whose expires_at has passed
+    belongs to a worker that died and may be claimed again. A kernel that dominates a model gets
+    several slots, each a share of the trials, all adding to the same Optuna study.
+    """
+
+    __tablename__ = "leases"
+    __table_args__ = (
+        UniqueConstraint("kernel_key", "device_key", "slot"),
+        Index("ix_leases_device_key_state", "device_key", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kernel_key: Mapped[str] = mapped_column(String(255))
+    device_key: Mapped[str] = mapped_column(String(255))
+    slot: Mapped[int] = mapped_column(Integer)
+    slots: Mapped[int] = mapped_column(Integer)
+    kernel_name: Mapped[str] = mapped_column(String(255))
+    weight: Mapped[float] = mapped_column(Float)  # share of the model's time: heaviest first
+    state: Mapped[str] = mapped_column(String(16))
+    worker: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    claims: Mapped[int] = mapped_column(Integer)
+    trials: Mapped[int] = mapped_column(Integer)  # measured so far, by every holder together
+    budget: Mapped[int] = mapped_column(Integer)  # trials planned for this slot (0: no limit)
+    message: Mapped[str] = mapped_column(Text)
+    updated: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class LeaseClaim(Base):
+    """The history of a lease: each claim, how it ended (done, failed, released, expired, lost)."""
+
+    __tablename__ = "lease_claims"
+    __table_args__ = (Index("ix_lease_claims_lease_id", "lease_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    lease_id: Mapped[int] = mapped_column(ForeignKey("leases.id", ondelete="CASCADE"))
+    worker: Mapped[str] = mapped_column(String(255))
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    trials: Mapped[int] = mapped_column(Integer)

@@ -33,6 +33,10 @@ class KNode:
     def __hash__(self) -> int:
         return self._hash
 
+    def __reduce__(self):
+        # rebuilt, not copied: string hashes differ from process to process
+        return KNode, (self.op, self.src, self.arg, self.dtype)
+
     def __eq__(self, other) -> bool:
         return self is other or (isinstance(other, KNode) and self._hash == other._hash
                                  and self.text() == other.text())
