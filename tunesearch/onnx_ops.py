@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 
 from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import DType, dtypes
+from tunesearch.graph.schedule import fused_reduce
 from tunesearch.tensor import Tensor
 
 
@@ -155,17 +156,7 @@ def materialize(t: Tensor) -> Tensor:
 
 def ends_in_reduce(t: Tensor) -> bool:
     """Whether t is a reduce, or elementwise work on one, that is not yet written anywhere."""
-    stack, seen = [t.node], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen or node.realized is not None:
-            continue
-        seen.add(id(node))
-        if node.is_reduce:
-            return True
-        if node.is_elementwise:
-            stack.extend(node.src)
-    return False
+    return fused_reduce(t.node) is not None
 
 
 def axis_of(axis: int, ndim: int) -> int:

@@ -159,6 +159,7 @@ def test_schema_is_created_at_head(store_url):
 
 def test_default_url_follows_env_and_xdg(monkeypatch, tmp_path):
     monkeypatch.delenv("TUNESEARCH_DB", raising=False)
+    monkeypatch.delenv("TUNESEARCH_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert default_url() == f"sqlite:///{tmp_path}/cache/tunesearch/tunesearch.db"
     with Store() as store:  # creates the folder

@@ -80,7 +80,8 @@ def _check(name, kernel, configs, lib):
     expected = run_kernel(kernel, inputs)
     scale = max(1.0, float(np.nanmax(np.abs(expected), initial=0.0)))
     for i, config in enumerate(configs):
-        out = np.full(kernel.buffers[0].size, np.nan, kernel.buffers[0].dtype.np)
+        dtype = kernel.buffers[0].dtype
+        out = np.full(kernel.buffers[0].size, np.nan if dtype.is_float else -12345, dtype.np)
         fn = getattr(lib, f"v{i}")
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * len(kernel.buffers)

@@ -50,7 +50,7 @@ def create_schedule(roots: list[LazyNode]) -> list[ScheduleItem]:
     return items
 
 
-def _find_reduce(root: LazyNode) -> LazyNode | None:
+def fused_reduce(root: LazyNode) -> LazyNode | None:
     """The first unrealized reduce reachable from root through elementwise ops only."""
     stack, seen = [root], set()
     while stack:
@@ -68,7 +68,7 @@ def _find_reduce(root: LazyNode) -> LazyNode | None:
 class _Builder:
     def __init__(self, root: LazyNode):
         self.root = root
-        self.reduce = _find_reduce(root)
+        self.reduce = fused_reduce(root)
         if self.reduce is not None:
             self.axes, _ = self.reduce.arg
             full = self.reduce.src[0].shape

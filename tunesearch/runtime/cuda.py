@@ -14,7 +14,6 @@ import atexit
 import ctypes
 import functools
 import hashlib
-import os
 import weakref
 from typing import Any
 

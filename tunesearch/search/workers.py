@@ -40,14 +40,14 @@ from tunesearch.db.leases import (
     ensure_studies_schema, studies_url, worker_id,
 )
 from tunesearch.graph.kernel import Kernel
-from tunesearch.runtime.device import Device, DeviceUnavailable, get_device
+from tunesearch.runtime.device import Device
 from tunesearch.search.measure import DeviceMeasurer, Measurer
 from tunesearch.search.progress import Progress, describe
 from tunesearch.search.results import Budget, KernelResult, TuneError, TuneReport
 from tunesearch.search.runner import machine_cores
 from tunesearch.search.samplers import DEFAULT_SAMPLER, SAMPLERS
 from tunesearch.search.study import study_name
-from tunesearch.search.tune import tune_kernels, unique_kernels
+from tunesearch.search.tune import _device, tune_kernels, unique_kernels
 from tunesearch.space.config import Config, ConfigError
 
 DB_WAIT_S = 60.0      # how long a worker waits for an unreachable database before it stops
@@ -245,15 +245,6 @@ class _Heartbeat:
                 if self._interrupt and not self._stop.is_set():
                     _thread.interrupt_main()
                 return
-
-
-def _device(device: str | Device) -> Device:
-    if not isinstance(device, str):
-        return device
-    try:
-        return get_device(device)
-    except (DeviceUnavailable, ImportError) as exc:
-        raise TuneError(f"cannot tune on device {device!r}: {exc}") from None
 
 
 class _Worker:

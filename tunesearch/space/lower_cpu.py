@@ -13,7 +13,6 @@ import itertools
 import math
 
 from tunesearch.graph.kernel import Kernel, KNode
-from tunesearch.graph.ops import ReduceOps
 from tunesearch.space.config import Config
 from tunesearch.space.dialect import Dialect, ExprEmitter, index_expr
 
