@@ -146,7 +146,10 @@ class Store:
     def _open_schema(self, auto_upgrade: bool) -> tuple[str | None, str | None]:
         """Check the schema revision, creating or upgrading it when allowed."""
         schema = self._read(inspect_schema)
-        if schema.state is SchemaState.FOREIGN:
+        # a server database may be half-way through its creation by another process: look
+        # again under the schema lock before refusing it (a file is refused untouched)
+        if schema.state is SchemaState.FOREIGN and (self.readonly or
+                                                    not str(self.url).startswith("postgresql")):
             raise refusal(schema, self.where)
         if schema.state is SchemaState.NEWER:
             self._write_refusal = refusal(schema, self.where)
@@ -163,6 +166,12 @@ class Store:
 
         def upgrade(connection: Connection) -> str | None:
             self._backend.lock_schema(connection)
+            # again under the lock: another process may have created the schema meanwhile
+            locked = inspect_schema(connection)
+            if locked.state is SchemaState.FOREIGN:
+                raise refusal(locked, self.where)
+            if locked.state is SchemaState.CURRENT:
+                return locked.revision
             return upgrade_in_transaction(connection, self.where)
 
         return self._write(upgrade), head_revision()
