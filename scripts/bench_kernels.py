@@ -74,8 +74,8 @@ def median_time(fn, min_time=0.3, min_reps=5, max_reps=200) -> float:
 
 
 def sweep_configs(space, threads: int):
-    """A slice of the space around the shapes that matter: register blocks, packing, unroll,
-    split and the parallel loop order."""
+    """A slice of the space around the shapes that matter: register blocks, packing on or off,
+    unroll, split and the parallel loop order."""
     k = space.kernel
     base = space.default()
     out = {base}
@@ -83,13 +83,13 @@ def sweep_configs(space, threads: int):
     real = [a for a in range(n_out) if k.domain[a] > 1]
     if k.n_reduce and len(real) >= 2:
         row, col = real[-2], real[-1]
-        for ur, uc, unroll, order_first in itertools.product(
-                (4, 6, 8), (16, 32, 64), (4,), (row, col)):
+        for ur, uc, unroll, order_first, pack in itertools.product(
+                (4, 6, 8), (16, 32, 64), (4,), (row, col), (base.get("pack"), ())):
             upcast = [1] * n_out
             upcast[row], upcast[col] = min(ur, k.domain[row]), min(uc, k.domain[col])
             order = tuple([a for a in range(n_out) if a not in (row, col)] +
                           [order_first, col if order_first == row else row])
-            out.add(base.replace(upcast=tuple(upcast), unroll=unroll, order=order))
+            out.add(base.replace(upcast=tuple(upcast), unroll=unroll, order=order, pack=pack))
     elif k.n_reduce:
         for split, ur, unroll in itertools.product((4, 8, 16, 32), (1, 2, 4, 8), (1, 2, 4)):
             upcast = [1] * n_out
