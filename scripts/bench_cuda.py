@@ -71,19 +71,10 @@ def compile_all(texts: list[str], arch: str) -> list[bytes]:
         return [b"cubin\n" + c for c in pool.map(compile_cubin, texts, [arch] * len(texts))]
 
 
-def rel_error(out: np.ndarray, expected: np.ndarray) -> float:
-    out, expected = out.astype(np.float64), expected.astype(np.float64)
-    same = (out == expected) | (np.isnan(out) & np.isnan(expected))
-    diff = np.where(same, 0.0, np.abs(out - expected))
-    finite = expected[np.isfinite(expected)]
-    scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
-    return float(diff.max()) / scale if diff.size else 0.0
-
-
 def verify(device, count: int) -> bool:
     """Catalogue kernels: default, naive and random configs against the interpreter."""
     from tests.catalogue import catalogue, random_inputs
-    from tests.conformance import tolerance
+    from tests.conformance import output_error, tolerance
     kernels = catalogue()
     plans = []
     for name, kernel in kernels:
@@ -112,7 +103,7 @@ def verify(device, count: int) -> bool:
         for config, source in zip(configs, sources):
             device.copyin(buffers[0], poison)  # a config that writes nothing must not pass
             device.load(artifact, source)(buffers)
-            err = rel_error(device.copyout(buffers[0]), expected)
+            err = output_error(device.copyout(buffers[0]), expected)
             if not err <= tolerance(kernel):
                 bad.append(f"{config} ({err:.1e})")
         ok &= not bad
@@ -181,6 +172,7 @@ class Peer:
 
 
 def bench_matmul(device, n: int, sweep: int, repeat: int) -> list[tuple]:
+    from tests.conformance import output_error
     kernel = matmul_kernel(n)
     space = space_for(kernel, device.info().target)
     rng = np.random.default_rng(n)
@@ -202,7 +194,7 @@ def bench_matmul(device, n: int, sweep: int, repeat: int) -> list[tuple]:
         program = device.load(artifact, source)
         device.copyin(buffers[0], np.full(n * n, np.nan, np.float32))
         program(buffers)
-        err = rel_error(device.copyout(buffers[0]), peer.result.reshape(-1))
+        err = output_error(device.copyout(buffers[0]), peer.result.reshape(-1))
         if not err <= 1e-4:
             results.append((config, None, err))
             continue

@@ -32,16 +32,17 @@ def sample_configs(space: Space, count: int, seed: int = 0, tries: int = 4000) -
     return out
 
 
-def relative_error(got: np.ndarray, want: np.ndarray, scale: float) -> float:
-    """Largest difference over scale; NaN where both are NaN agrees, NaN on one side is inf."""
+def output_error(got: np.ndarray, want: np.ndarray) -> float:
+    """Largest difference relative to the expected output's scale (at least 1). Equal values,
+    infinities included, and NaN on both sides agree; NaN on one side only is an infinite error."""
     got, want = got.astype(np.float64), want.astype(np.float64)
-    both = np.isnan(got) & np.isnan(want)
-    diff = np.where(both, 0.0, np.abs(got - want))
-    same_inf = np.isinf(got) & (got == want)
-    diff = np.where(same_inf, 0.0, diff)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    diff = np.where(same, 0.0, np.abs(got - want))
     if np.isnan(diff).any():
         return float("inf")
-    return float(diff.max(initial=0.0)) / scale
+    finite = want[np.isfinite(want)]
+    scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
+    return float(diff.max()) / scale if diff.size else 0.0
 
 
 def tolerance(kernel: Kernel) -> float:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.catalogue import catalogue, random_inputs
-from tests.conformance import sample_configs, tolerance
+from tests.conformance import output_error, sample_configs, tolerance
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 from tunesearch.runtime.device import CompileError, DeviceUnavailable, Source
@@ -119,15 +119,6 @@ def _run(device, kernel, program, inputs):
     return device.copyout(buffers[0]), buffers
 
 
-def _error(out, expected) -> float:
-    out, expected = out.astype(np.float64), expected.astype(np.float64)
-    same = (out == expected) | (np.isnan(out) & np.isnan(expected))
-    diff = np.where(same, 0.0, np.abs(out - expected))
-    finite = expected[np.isfinite(expected)]
-    scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
-    return float(diff.max()) / scale if diff.size else 0.0
-
-
 @pytest.mark.gpu
 @needs_gpu
 def test_gpu_fingerprint_and_limits():
@@ -155,5 +146,5 @@ def test_gpu_random_configs_match_reference(name):
         program = GPU.load(artifact, Source(text, f"v{i}", kernel.key, len(kernel.buffers),
                                             global_size, local_size))
         out, buffers = _run(GPU, kernel, program, inputs)
-        assert _error(out, expected) <= allowed, f"{name} {config}"
+        assert output_error(out, expected) <= allowed, f"{name} {config}"
     assert 0 < program.timed(buffers) < 10

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("pyopencl")
 
 from tests.catalogue import catalogue, random_inputs  # noqa: E402
-from tests.conformance import sample_configs, tolerance  # noqa: E402
+from tests.conformance import output_error, sample_configs, tolerance  # noqa: E402
 from tunesearch import Tensor  # noqa: E402
 from tunesearch.graph.dtypes import dtypes  # noqa: E402
 from tunesearch.graph.schedule import create_schedule  # noqa: E402
@@ -51,16 +51,6 @@ EXTRAS = list(_dtype_cases())
 KERNELS = catalogue() + EXTRAS
 
 
-def _error(out: np.ndarray, expected: np.ndarray) -> float:
-    """Largest error relative to the output's scale; NaN where exactly one side is NaN."""
-    out, expected = out.astype(np.float64), expected.astype(np.float64)
-    same = (out == expected) | (np.isnan(out) & np.isnan(expected))
-    diff = np.where(same, 0.0, np.abs(out - expected))
-    finite = expected[np.isfinite(expected)]
-    scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
-    return float(diff.max()) / scale if diff.size else 0.0
-
-
 def _allowed(kernel) -> float:
     return tolerance(kernel) * (20 if kernel.buffers[0].dtype is dtypes.float16 or any(
         b.dtype is dtypes.float16 for b in kernel.buffers) else 1)
@@ -91,7 +81,7 @@ def _check_kernel(name: str, configs: list[str]) -> list[str]:
                                                global_size, local_size))
         device.copyin(buffers[0], poison)
         program(buffers)
-        err = _error(device.copyout(buffers[0]), expected)
+        err = output_error(device.copyout(buffers[0]), expected)
         if not err <= _allowed(kernel):
             failures.append(f"{Config.from_json(text)}: error {err:.2e}")
     return failures
@@ -152,7 +142,7 @@ def test_default_config_fully_optimized_matches_reference(name):
     buffers = [DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)]
     buffers += [DEVICE.from_numpy(a, s.dtype) for a, s in zip(inputs, kernel.buffers[1:])]
     program(buffers)
-    assert _error(DEVICE.copyout(buffers[0]), run_kernel(kernel, inputs)) <= tolerance(kernel)
+    assert output_error(DEVICE.copyout(buffers[0]), run_kernel(kernel, inputs)) <= tolerance(kernel)
     seconds = program.timed(buffers)
     assert 0 < seconds < 10
 
@@ -174,7 +164,7 @@ def test_artifact_compiled_in_another_process_loads_here():
     buffers = [DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype),
                DEVICE.from_numpy(inputs[0], kernel.buffers[1].dtype)]
     program(buffers)
-    assert _error(DEVICE.copyout(buffers[0]), run_kernel(kernel, inputs)) <= tolerance(kernel)
+    assert output_error(DEVICE.copyout(buffers[0]), run_kernel(kernel, inputs)) <= tolerance(kernel)
 
 
 def test_build_errors_raise_compile_error_with_the_log():

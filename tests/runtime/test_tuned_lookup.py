@@ -1,7 +1,6 @@
 """The runtime uses a stored config for its device key, and falls back safely on anything else."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -98,10 +97,10 @@ def test_unreachable_database_never_fails_a_run(tmp_path):
 def test_debug3_shows_tuned_config(db, tmp_path):
     kernel = create_schedule([matmul().node])[0].kernel
     save(db, kernel, get_device("cpu"), TUNED)
-    script = (f"import numpy as np; from tunesearch import Tensor; "
-              f"a = np.random.default_rng(0).standard_normal((48, 40)).astype(np.float32); "
-              f"b = np.random.default_rng(1).standard_normal((40, 24)).astype(np.float32); "
-              f"(Tensor(a) @ Tensor(b)).numpy()")
+    script = ("import numpy as np; from tunesearch import Tensor; "
+              "a = np.random.default_rng(0).standard_normal((48, 40)).astype(np.float32); "
+              "b = np.random.default_rng(1).standard_normal((40, 24)).astype(np.float32); "
+              "(Tensor(a) @ Tensor(b)).numpy()")
     env = dict(os.environ, TUNESEARCH_DB=db.url, DEBUG="3")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
