@@ -7,8 +7,9 @@ from typing import Any
 
 from tunesearch.graph.kernel import Kernel
 from tunesearch.space.config import Config, ConfigError
-from tunesearch.space.space import (Param, Space, decode, divisors_and_blocks, encode,
-                                    permutations, prod, register)
+from tunesearch.space.space import (Param, Space, check_knob_set, decode,
+                                    divisors_and_blocks, encode, permutations, prod,
+                                    register)
 
 KNOBS = ("order", "pack", "parallel", "split", "threads", "unroll", "upcast")
 UPCASTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -116,17 +117,8 @@ class CPUSpace(Space):
 
     def check(self, config: Config) -> None:
         k = self.kernel
-        knobs = dict(config.knobs)
-        unknown = set(knobs) - set(KNOBS)
-        if unknown:
-            raise ConfigError(f"unknown knobs for cpu: {', '.join(sorted(unknown))}")
-        missing = set(KNOBS) - set(knobs)
-        if missing:
-            raise ConfigError(f"missing knobs: {', '.join(sorted(missing))}")
+        knobs = check_knob_set(config, "cpu", KNOBS, ("split", "unroll", "parallel", "threads"))
         upcast, order = knobs["upcast"], knobs["order"]
-        for name in ("split", "unroll", "parallel", "threads"):
-            if not isinstance(knobs[name], int):
-                raise ConfigError(f"{name} must be an integer, got {knobs[name]!r}")
         if not isinstance(upcast, tuple) or len(upcast) != k.n_out:
             raise ConfigError(f"upcast needs {k.n_out} values, got {upcast!r}")
         for a, u in enumerate(upcast):

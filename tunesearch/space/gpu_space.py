@@ -21,8 +21,9 @@ from tunesearch.graph.dtypes import DType, dtypes
 from tunesearch.graph.kernel import Kernel, KNode
 from tunesearch.graph.view import View
 from tunesearch.space.config import Config, ConfigError
-from tunesearch.space.space import (Param, Space, decode, divisors_and_blocks, encode,
-                                    permutations, prod, register)
+from tunesearch.space.space import (Param, Space, check_knob_set, decode,
+                                    divisors_and_blocks, encode, permutations, prod,
+                                    register)
 
 KNOBS = ("group", "ktile", "local", "order", "stage", "unroll", "upcast")
 LOCALS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -158,16 +159,7 @@ class GPUSpace(Space):
 
     def check(self, config: Config) -> None:
         k, t = self.kernel, self.target
-        knobs = dict(config.knobs)
-        unknown = set(knobs) - set(KNOBS)
-        if unknown:
-            raise ConfigError(f"unknown knobs for gpu: {', '.join(sorted(unknown))}")
-        missing = set(KNOBS) - set(knobs)
-        if missing:
-            raise ConfigError(f"missing knobs: {', '.join(sorted(missing))}")
-        for name in ("group", "unroll", "ktile"):
-            if not isinstance(knobs[name], int):
-                raise ConfigError(f"{name} must be an integer, got {knobs[name]!r}")
+        knobs = check_knob_set(config, "gpu", KNOBS, ("group", "unroll", "ktile"))
         for name in ("local", "upcast", "order", "stage"):
             value = knobs[name]
             if not isinstance(value, tuple) or not all(isinstance(v, int) for v in value):

@@ -108,6 +108,23 @@ class Space(ABC):
         yield from expand(0, {})
 
 
+def check_knob_set(config: Config, family: str, knobs: tuple[str, ...],
+                   integers: tuple[str, ...]) -> dict[str, Any]:
+    """The config's knobs as a dict, once it has exactly `knobs` and `integers` are ints;
+    raises ConfigError naming what is unknown, missing or mistyped."""
+    values = dict(config.knobs)
+    unknown = set(values) - set(knobs)
+    if unknown:
+        raise ConfigError(f"unknown knobs for {family}: {', '.join(sorted(unknown))}")
+    missing = set(knobs) - set(values)
+    if missing:
+        raise ConfigError(f"missing knobs: {', '.join(sorted(missing))}")
+    for name in integers:
+        if not isinstance(values[name], int):
+            raise ConfigError(f"{name} must be an integer, got {values[name]!r}")
+    return values
+
+
 # family name -> Space class; device families register here
 SPACES: dict[str, type[Space]] = {}
 
