@@ -26,6 +26,7 @@ from tunesearch import Tensor  # noqa: E402
 from tunesearch.graph.schedule import create_schedule  # noqa: E402
 from tunesearch.runtime.device import get_device  # noqa: E402
 from tunesearch.space.config import Config  # noqa: E402
+from tunesearch.space.cpu_space import packable  # noqa: E402
 from tunesearch.space.space import space_for  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -74,8 +75,8 @@ def median_time(fn, min_time=0.3, min_reps=5, max_reps=200) -> float:
 
 
 def sweep_configs(space, threads: int):
-    """A slice of the space around the shapes that matter: register blocks, packing on or off,
-    unroll, split and the parallel loop order."""
+    """A slice of the space around the shapes that matter: register blocks, packing of none,
+    the default's or all operands, a k tile or none, split and the parallel loop order."""
     k = space.kernel
     base = space.default()
     out = {base}
@@ -83,13 +84,15 @@ def sweep_configs(space, threads: int):
     real = [a for a in range(n_out) if k.domain[a] > 1]
     if k.n_reduce and len(real) >= 2:
         row, col = real[-2], real[-1]
-        for ur, uc, unroll, order_first, pack in itertools.product(
-                (4, 6, 8), (16, 32, 64), (4,), (row, col), (base.get("pack"), ())):
+        packs = {(), base.get("pack"), packable(k)}
+        for (ur, uc), order_first, pack, ktile in itertools.product(
+                ((4, 32), (6, 32), (8, 32), (8, 16)), (row, col), packs, (0, 256)):
             upcast = [1] * n_out
             upcast[row], upcast[col] = min(ur, k.domain[row]), min(uc, k.domain[col])
             order = tuple([a for a in range(n_out) if a not in (row, col)] +
                           [order_first, col if order_first == row else row])
-            out.add(base.replace(upcast=tuple(upcast), unroll=unroll, order=order, pack=pack))
+            out.add(base.replace(upcast=tuple(upcast), unroll=4, order=order, pack=pack,
+                                 ktile=ktile))
     elif k.n_reduce:
         for split, ur, unroll in itertools.product((4, 8, 16, 32), (1, 2, 4, 8), (1, 2, 4)):
             upcast = [1] * n_out

@@ -87,3 +87,28 @@ def _check(name, kernel, configs, lib):
         fn(out.ctypes.data, *[a.ctypes.data for a in inputs])
         err = output_error(out, expected)
         assert err <= tolerance(kernel), f"{name} config {config}: error {err:.2e}"
+
+
+def _k_tiled(kernel, count: int, seed: int):
+    """Sampled configs with the first reduce axis cut into tiles of 1, 2 and about half of it,
+    so that tiles with a remainder, packed panels refilled per tile and partial results kept
+    between tiles are all exercised (the sampled tiles of small kernels are rarely shorter)."""
+    space = space_for(kernel, get_device("cpu").info().target)
+    size = kernel.domain[kernel.n_out]
+    out = []
+    for i, config in enumerate(sample_configs(space, count, seed=seed)):
+        tiled = config.replace(ktile=(1, 2, size // 2 + 1)[i % 3])
+        if space.validate(tiled) is None and tiled not in out:
+            out.append(tiled)
+    return out
+
+
+TILED = [(name, kernel) for name, kernel in KERNELS
+         if kernel.n_reduce and kernel.domain[kernel.n_out] >= 3]
+
+
+@pytest.mark.parametrize("name,kernel", TILED, ids=[name for name, _ in TILED])
+def test_k_tiled_configs_match_reference(tmp_path, name, kernel):
+    configs = _k_tiled(kernel, 12, seed=len(name))
+    assert len(configs) >= 6 and any(c.get("pack") for c in configs), configs
+    _check(name, kernel, configs, _build(kernel, configs, tmp_path))

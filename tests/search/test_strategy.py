@@ -9,6 +9,7 @@ from tests.search.kernels import add, matmul
 from tunesearch.search import (Budget, MeasureResult, SimulatedMeasurer, make_sampler,
                                sampler_names, search_kernel, study_name)
 from tunesearch.search.samplers import _missing
+from tunesearch.space.cpu_space import CPUSpace
 from tunesearch.space.space import space_for
 from tunesearch.space.target import Target
 
@@ -78,8 +79,16 @@ def test_repeated_configs_are_answered_from_history(small_space):
         assert trial.result.time_s == table[trial.result.config]
 
 
+class RawCPUSpace(CPUSpace):
+    """The CPU space without bringing sampled blocks within the caps: most points invalid."""
+
+    def _within_caps(self, upcast, split, unroll, choices):
+        return upcast, split, unroll
+
+
 def test_invalid_configs_are_failed_without_measuring(mm_space):
-    kernel, space = mm_space
+    kernel, _ = mm_space
+    space = RawCPUSpace(kernel, TWO_THREADS)
     sim = SimulatedMeasurer(matmul_time)
     result = search_kernel(kernel, space, sim, Budget(trials=40), "random", seed=1)
     invalid = [t for t in result.trials if t.result.error == "invalid"]

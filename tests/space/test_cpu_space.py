@@ -62,3 +62,58 @@ def test_reasons_name_the_problem():
         Config.from_json('{"knobs": {"upcast": "DROP TABLE"}}')
     with pytest.raises(ConfigError):
         Config.from_json("not json")
+
+
+def _kernel(name):
+    return next(k for n, k in KERNELS if n == name)
+
+
+def test_every_sampled_point_is_a_valid_config():
+    """Register blocks are sampled per axis; config_from brings a product past the caps back
+    within them, so the search does not spend its asks on configs that cannot run."""
+    rng = random.Random(1)
+    for name, kernel in KERNELS:
+        space = space_for(kernel, TARGET)
+        params = space.parameters()
+        for _ in range(200):
+            values = {}
+            for p in params:
+                if p.when is None or values.get(p.when[0]) in p.when[1]:
+                    values[p.name] = rng.choice(p.choices)
+            config = space.config_from(values)
+            assert space.validate(config) is None, (name, values, space.validate(config))
+
+
+def test_points_within_the_caps_are_taken_as_they_are():
+    space = space_for(_kernel("matmul_square"), TARGET)
+    values = space.params_of(space.default())
+    assert space.config_from({**values, "upcast.0": 4, "upcast.1": 16, "unroll": 8}).get(
+        "upcast") == (4, 16)
+    big = space.config_from({**values, "upcast.0": 64, "upcast.1": 32, "split": 4, "unroll": 8})
+    assert big.get("upcast") == (8, 32) and big.get("split") == 1 and big.get("unroll") == 4
+
+
+def test_a_stored_config_without_ktile_means_no_tile():
+    """ktile came after the first stored configs: one without it is valid and renders the same
+    code as ktile=0, so nothing tuned before has to be tuned again."""
+    from tunesearch.space.lower_cpu import render_cpu
+    kernel = _kernel("matmul_prime")
+    space = space_for(kernel, TARGET)
+    config = space.default()
+    old = Config.make({k: v for k, v in config.as_dict().items() if k != "ktile"})
+    assert space.validate(old) is None
+    assert render_cpu(kernel, old) == render_cpu(kernel, config.replace(ktile=0))
+    assert "ktile" in space.validate(config.replace(ktile=kernel.domain[kernel.n_out]))
+
+
+def test_padded_axes_are_those_whose_reads_all_come_from_panels():
+    """A tail block computes the whole register block only along axes where every load of the
+    reduce comes from a zero-padded panel: elsewhere it would read past the operand's end."""
+    from tunesearch.space.lower_cpu import padded_axes
+    kernel = _kernel("matmul_prime")          # out[i, j] = sum_k a[i, k] * b[k, j]
+    assert padded_axes(kernel, {}) == set()
+    assert padded_axes(kernel, {2: None}) == {1}
+    assert padded_axes(kernel, {1: None}) == {0}
+    assert padded_axes(kernel, {1: None, 2: None}) == {0, 1}
+    bias = _kernel("matmul_bias_relu")        # the bias is read after the reduce, per lane
+    assert padded_axes(bias, {1: None, 2: None}) == {0, 1}

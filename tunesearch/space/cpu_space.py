@@ -1,6 +1,7 @@
 """The CPU knobs: register block (upcast) per output axis, partial sums along the reduce (split),
-unroll of the innermost reduce loop, block loop order, packing of operands into panels, and the
-OpenMP parallel loops with their thread count. Every knob changes the C that lower_cpu writes."""
+unroll of the innermost reduce loop, a cache tile on the first reduce axis (ktile, 0 for none),
+block loop order, packing of operands into panels, and the OpenMP parallel loops with their thread
+count. Every knob changes the C that lower_cpu writes."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,7 +12,9 @@ from tunesearch.space.space import (Param, Space, check_knob_set, decode,
                                     divisors_and_blocks, encode, permutations, prod,
                                     register)
 
-KNOBS = ("order", "pack", "parallel", "split", "threads", "unroll", "upcast")
+KNOBS = ("ktile", "order", "pack", "parallel", "split", "threads", "unroll", "upcast")
+OPTIONAL = {"ktile": 0}       # knobs newer than stored configs, with the value they meant
+KTILES = (64, 128, 256, 512, 1024)
 UPCASTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 LAST_UPCASTS = (1, 2, 4, 8, 16, 32, 64)
 MAX_ACCUMULATORS = 256        # floats of accumulators per block: about the register file
@@ -59,6 +62,9 @@ class CPUSpace(Space):
         if k.n_reduce:
             params.append(Param("split", divisors_and_blocks(k.domain[-1], (1, 2, 4, 8, 16, 32))))
             params.append(Param("unroll", (1, 2, 4, 8)))
+            ktiles = self._ktiles()
+            if len(ktiles) > 1:
+                params.append(Param("ktile", ktiles))
             packs = _subsets(packable(k))
             if len(packs) > 1:
                 params.append(Param("pack", tuple(encode(p) for p in packs)))
@@ -76,40 +82,78 @@ class CPUSpace(Space):
         trivial = [a for a in range(self.kernel.n_out) if domain[a] == 1]
         real = [a for a in range(self.kernel.n_out) if domain[a] > 1]
         orders = [tuple(real[i] for i in p) + tuple(trivial) for p in permutations(len(real))]
-        for extra in (self._default_order(self._default_blocks()),
-                      tuple(range(self.kernel.n_out))):
+        for extra in (self._default_layout()["order"], tuple(range(self.kernel.n_out))):
             if extra not in orders:
                 orders.append(extra)
         return orders
 
-    def _default_blocks(self) -> list[int]:
-        upcast = self._default_upcast()[0]
-        return [-(-self.kernel.domain[a] // upcast[a]) for a in range(self.kernel.n_out)]
+    def _ktiles(self) -> tuple[int, ...]:
+        """0 (the whole reduce at once) and the cache tiles shorter than the first reduce axis,
+        where operands are read again by other blocks (a matmul at heart); elsewhere a tile
+        only adds traffic."""
+        size = self.kernel.domain[self.kernel.n_out]
+        if _gemm_axes(self.kernel) is None:
+            return (0,)
+        return (0,) + tuple(t for t in KTILES if t < size)
 
-    def _default_order(self, blocks: list[int]) -> tuple[int, ...]:
-        """The axis with the most blocks outermost (it is the one shared over the threads);
-        axes of size 1 last, where their single iteration costs nothing."""
+    def _default_order(self, blocks: list[int], first: int | None) -> tuple[int, ...]:
+        """`first` outermost if given, then the axes with the most blocks (the outermost is the
+        one shared over the threads); axes of size 1 last, where their one iteration is free."""
         domain = self.kernel.domain
         trivial = [a for a in range(self.kernel.n_out) if domain[a] == 1]
         real = sorted((a for a in range(self.kernel.n_out) if domain[a] > 1),
-                      key=lambda a: -blocks[a])
+                      key=lambda a: (a != first, -blocks[a]))
         return tuple(real + trivial)
 
     def config_from(self, values: dict[str, Any]) -> Config:
+        """The config of sampled values. The register-block knobs are chosen per axis, so most
+        combinations would exceed the caps on accumulators and unrolled statements: those are
+        brought within the caps (the largest blocks shrunk first), so the search spends its
+        trials on configs that run. Values already within the caps are taken as they are."""
         k = self.kernel
         parallel = values.get("parallel", 0)
+        choices = {p.name: p.choices for p in self.parameters()}
+        upcast = [values.get(f"upcast.{a}", 1) for a in range(k.n_out)]
+        split, unroll = values.get("split", 1), values.get("unroll", 1)
+        if all(isinstance(v, int) and v >= 1 for v in upcast + [split, unroll]):
+            upcast, split, unroll = self._within_caps(upcast, split, unroll, choices)
         return Config.make(
-            upcast=tuple(values.get(f"upcast.{a}", 1) for a in range(k.n_out)),
+            upcast=tuple(upcast),
             order=decode(values["order"]) if "order" in values else tuple(range(k.n_out)),
-            split=values.get("split", 1), unroll=values.get("unroll", 1),
-            pack=decode(values.get("pack", "")), parallel=parallel,
+            split=split, unroll=unroll,
+            ktile=values.get("ktile", 0), pack=decode(values.get("pack", "")), parallel=parallel,
             threads=values.get("threads", 1) if parallel else 1)
+
+    def _within_caps(self, upcast: list[int], split: int, unroll: int,
+                     choices: dict[str, tuple]) -> tuple[list[int], int, int]:
+        k = self.kernel
+        upcast = list(upcast)
+        blocked = sorted((a for a in range(k.n_out) if upcast[a] > 1),
+                         key=lambda a: (upcast[a], a), reverse=True)
+        for a in blocked[MAX_UPCAST_AXES:]:
+            upcast[a] = 1
+        cap = MAX_ACCUMULATORS if k.n_reduce else MAX_ELEMENTWISE_BLOCK
+        while prod(upcast) > cap:
+            # shrink the largest block of an axis other than the vector lanes, else the lanes
+            axes = [a for a in range(k.n_out - 1) if upcast[a] > 1] or [k.n_out - 1]
+            a = max(axes, key=lambda a: upcast[a])
+            smaller = [c for c in choices.get(f"upcast.{a}", (1,)) if c < upcast[a]]
+            upcast[a] = max(smaller, default=1)
+        if k.n_reduce:
+            if split > 1 and prod(upcast) > MAX_SPLIT_BLOCK:
+                split = 1
+            while split > 1 and prod(upcast) * split > MAX_ACCUMULATORS:
+                split = max(c for c in choices.get("split", (1,)) if c < split)
+            while unroll > 1 and prod(upcast) * split * unroll > MAX_UNROLLED:
+                unroll = max(c for c in choices.get("unroll", (1,)) if c < unroll)
+        return upcast, split, unroll
 
     def params_of(self, config: Config) -> dict[str, Any]:
         names = {p.name for p in self.parameters()}
         values: dict[str, Any] = {f"upcast.{a}": u for a, u in enumerate(config.get("upcast"))}
         values.update(order=encode(config.get("order")), split=config.get("split"),
-                      unroll=config.get("unroll"), pack=encode(config.get("pack")),
+                      unroll=config.get("unroll"), ktile=config.get("ktile", 0),
+                      pack=encode(config.get("pack")),
                       parallel=config.get("parallel"))
         if config.get("parallel"):
             values["threads"] = config.get("threads")
@@ -117,7 +161,8 @@ class CPUSpace(Space):
 
     def check(self, config: Config) -> None:
         k = self.kernel
-        knobs = check_knob_set(config, "cpu", KNOBS, ("split", "unroll", "parallel", "threads"))
+        knobs = check_knob_set(config, "cpu", KNOBS,
+                               ("ktile", "split", "unroll", "parallel", "threads"), OPTIONAL)
         upcast, order = knobs["upcast"], knobs["order"]
         if not isinstance(upcast, tuple) or len(upcast) != k.n_out:
             raise ConfigError(f"upcast needs {k.n_out} values, got {upcast!r}")
@@ -142,9 +187,15 @@ class CPUSpace(Space):
             if prod(upcast) * split * unroll > MAX_UNROLLED:
                 raise ConfigError(f"block {prod(upcast)} x split {split} x unroll {unroll} "
                                   f"exceeds {MAX_UNROLLED} unrolled statements")
+            ktile = knobs["ktile"]
+            if ktile != 0 and not 1 <= ktile < k.domain[k.n_out]:
+                raise ConfigError(f"ktile {ktile} is not 0 (no tile) or in "
+                                  f"1..{k.domain[k.n_out] - 1}")
+            if ktile and prod(k.domain[:k.n_out]) > MAX_PACK_ELEMENTS:
+                raise ConfigError("the partial results of a k tile are too large")
         else:
-            if split != 1 or unroll != 1:
-                raise ConfigError("split and unroll need a reduce axis")
+            if split != 1 or unroll != 1 or knobs["ktile"] != 0:
+                raise ConfigError("split, unroll and ktile need a reduce axis")
             if prod(upcast) > MAX_ELEMENTWISE_BLOCK:
                 raise ConfigError(f"a block of {prod(upcast)} exceeds {MAX_ELEMENTWISE_BLOCK}")
         pack = knobs["pack"]
@@ -163,34 +214,38 @@ class CPUSpace(Space):
             raise ConfigError(f"threads {threads} is not in 1..{4 * self.target.threads}")
         from tunesearch.space.lower_cpu import _PackInfo
         for index in pack:
-            if _PackInfo(k, index, upcast).size > MAX_PACK_ELEMENTS:
+            if _PackInfo(k, index, upcast, knobs["ktile"]).size > MAX_PACK_ELEMENTS:
                 raise ConfigError(f"the panel for buffer {index} is too large")
 
     def naive(self) -> Config:
         n_out = self.kernel.n_out
         return Config.make(upcast=(1,) * n_out, order=tuple(range(n_out)), split=1, unroll=1,
-                           pack=(), parallel=0, threads=1)
+                           ktile=0, pack=(), parallel=0, threads=1)
 
     def default(self) -> Config:
         """A hand-written choice: register blocks like a BLAS micro-kernel where there is a
         matmul-like reduce, partial sums where the reduce is contiguous, vector-wide blocks for
         elementwise work, and the outer loop over the threads when the work is large enough."""
         k = self.kernel
-        upcast, split, unroll, pack = self._default_upcast()
-        blocks = self._default_blocks()
-        order = self._default_order(blocks)
+        layout = self._default_layout()
+        blocks = [-(-k.domain[a] // layout["upcast"][a]) for a in range(k.n_out)]
         work = max(k.flops, k.bytes)
         parallel = 1 if k.n_out and self.target.threads > 1 and work > 1 << 18 \
-            and blocks[order[0]] > 1 else 0
+            and blocks[layout["order"][0]] > 1 else 0
         threads = self.target.threads if parallel else 1
-        return Config.make(upcast=tuple(upcast), order=order, split=split, unroll=unroll,
-                           pack=pack, parallel=parallel, threads=threads)
+        return Config.make(**layout, parallel=parallel, threads=threads)
 
-    def _default_upcast(self) -> tuple[list[int], int, int, tuple[int, ...]]:
+    def _default_layout(self) -> dict[str, Any]:
+        """The default's knobs but the threads. For a matmul: an 8x32 register block; panels
+        for operands whose rows lie a multiple of 1 KiB apart (they fall in the same cache sets
+        and would evict each other); a k tile of 256 where the reduce is long (the operands of
+        one tile then stay in cache), with the row blocks outermost so each block's slice of
+        the first operand stays in L1 while the panel of the second streams past; else the
+        column blocks outermost where the second operand is read in place."""
         k = self.kernel
         n_out, domain = k.n_out, k.domain
         upcast = [1] * n_out
-        split, unroll, pack = 1, 1, ()
+        split, unroll, pack, ktile, first = 1, 1, (), 0, None
         loads = [n.arg[1] for n in k.loads()]
         lane_axes = [a for a in range(n_out) if domain[a] > 1]
         last = lane_axes[-1] if lane_axes else None
@@ -200,9 +255,16 @@ class CPUSpace(Space):
             if gemm is not None:
                 row, col, b_side = gemm
                 upcast[col] = min(32, domain[col])
-                upcast[row] = min(6, domain[row])
+                upcast[row] = min(8, domain[row])
                 unroll = 4
-                pack = (b_side,) if b_side in packable(k) else ()
+                views = {n.arg[0]: n.arg[1] for n in k.loads()}
+                itemsize = {i: k.buffers[i].dtype.itemsize for i in views}
+                pack = tuple(i for i in packable(k) if any(
+                    abs(st) > 1 and abs(st) * itemsize[i] % 1024 == 0 for st in views[i].strides))
+                if domain[n_out] > 1024:
+                    ktile, first = 256, row
+                elif b_side not in pack:
+                    first = col  # each column panel is read from L2 by every row block
             elif inner_contig:
                 split = max(s for s in (1, 2, 4, 8, 16) if s <= domain[-1])
                 unroll = 4
@@ -211,7 +273,9 @@ class CPUSpace(Space):
                 unroll = 2
         elif last is not None:
             upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32) if u <= domain[last])
-        return upcast, split, unroll, pack
+        blocks = [-(-domain[a] // upcast[a]) for a in range(n_out)]
+        return dict(upcast=tuple(upcast), order=self._default_order(blocks, first), split=split,
+                    unroll=unroll, ktile=ktile, pack=pack)
 
 
 def _gemm_axes(kernel: Kernel) -> tuple[int, int, int] | None:

@@ -6,6 +6,11 @@ an always-inline function that keeps a register block of accumulators (upcast pe
 `split` partial sums along the innermost reduce axis), runs the reduce loops (the innermost
 unrolled), then applies the work after the reduce and stores. Tail blocks call the same function
 with smaller constant bounds, so every call site is specialized by the compiler.
+
+With a k tile, the first reduce axis is cut into tiles run one after another around the block
+loops: each block keeps its partial results in a scratch buffer between tiles and applies the work
+after the reduce on the last tile only. The operands of one tile then stay in cache while every
+block reads them.
 """
 from __future__ import annotations
 
@@ -19,6 +24,29 @@ from tunesearch.space.dialect import Dialect, ExprEmitter, index_expr
 
 HEADER = "#include <math.h>\n#include <stdlib.h>\n#include <stdbool.h>\n"
 
+# Scratch (packed panels, partial results) is kept per calling thread between calls up to this
+# size: a fresh allocation costs a page fault per 4 KiB on every call, as much as packing itself.
+SCRATCH_KEEP = 64 << 20
+SCRATCH = f"""#ifndef TUNESEARCH_SCRATCH
+#define TUNESEARCH_SCRATCH
+static _Thread_local void* scratch_kept[8];
+static _Thread_local size_t scratch_size[8];
+static void* scratch(int slot, size_t bytes) {{
+  bytes = (bytes + 63) / 64 * 64;
+  if (bytes > {SCRATCH_KEEP} || slot >= 8) return aligned_alloc(64, bytes);
+  if (scratch_size[slot] < bytes) {{
+    free(scratch_kept[slot]);
+    scratch_kept[slot] = aligned_alloc(64, bytes);
+    scratch_size[slot] = scratch_kept[slot] ? bytes : 0;
+  }}
+  return scratch_kept[slot];
+}}
+static void scratch_done(int slot, void* p, size_t bytes) {{
+  if ((bytes + 63) / 64 * 64 > {SCRATCH_KEEP} || slot >= 8) free(p);
+}}
+#endif
+"""
+
 
 def _params(kernel: Kernel, dialect: Dialect, const: bool = True) -> str:
     out = [f"{dialect.type_name(kernel.buffers[0].dtype)}* {dialect.restrict} data0"]
@@ -31,17 +59,36 @@ def _args(kernel: Kernel) -> str:
     return ", ".join(f"data{i}" for i in range(len(kernel.buffers)))
 
 
+def varies(view, axis: int) -> bool:
+    """Whether a load through view reads different places (or is masked) along axis."""
+    return view.strides[axis] != 0 or (view.mask is not None
+                                       and view.mask[axis] != (0, view.shape[axis]))
+
+
+def padded_axes(kernel: Kernel, packs) -> set[int]:
+    """Output axes whose tail blocks may compute the whole register block: every load the
+    reduce reads along them comes from a panel, which is zero-padded to whole blocks."""
+    if kernel.reduce is None:
+        return set()
+    loads = [n.arg for n in kernel.reduce.src[0].walk() if n.op == "load"]
+    return {a for a in range(kernel.n_out)
+            if all(index in packs for index, view in loads if varies(view, a))}
+
+
 class _PackInfo:
     """A load staged in a scratch panel laid out [blocks of its axes][reduce][lanes of its axes]."""
 
-    def __init__(self, kernel: Kernel, index: int, upcast: tuple[int, ...]):
+    def __init__(self, kernel: Kernel, index: int, upcast: tuple[int, ...], ktile: int = 0):
         n_out = kernel.n_out
         views = [n.arg[1] for n in kernel.loads() if n.arg[0] == index]
         self.index, self.view = index, views[0]
-        self.axes = [a for a in range(n_out) if any(v.strides[a] != 0 for v in views)]
+        self.axes = [a for a in range(n_out) if any(varies(v, a) for v in views)]
         self.blocks = [math.ceil(kernel.domain[a] / upcast[a]) for a in self.axes]
         self.lanes = [upcast[a] for a in self.axes]
+        # with a k tile the panel holds one tile of the first reduce axis, refilled per tile
         self.reduce = list(kernel.domain[n_out:])
+        if 0 < ktile < self.reduce[0]:
+            self.reduce[0] = ktile
         self.size = math.prod(self.blocks) * math.prod(self.reduce) * math.prod(self.lanes)
         self.dtype = kernel.buffers[index].dtype
 
@@ -60,16 +107,20 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
     order = tuple(config.get("order", tuple(range(n_out))))
     unroll, split = config.get("unroll", 1), config.get("split", 1)
     parallel, threads = config.get("parallel", 0), config.get("threads", 1)
-    packs = {i: _PackInfo(kernel, i, upcast) for i in config.get("pack", ())}
     reduce_node = kernel.reduce
     red_sizes = domain[n_out:]
-    lines = [HEADER]
+    ktile = config.get("ktile", 0) if reduce_node is not None else 0
+    tiled = 0 < ktile < red_sizes[0] if reduce_node is not None else False
+    packs = {i: _PackInfo(kernel, i, upcast, ktile) for i in config.get("pack", ())}
+    lines = [HEADER, SCRATCH]
 
     # ---- the block function
-    lane_params = ", ".join([f"const int o{a}" for a in range(n_out)] +
-                            [f"const int n{a}" for a in range(n_out)])
-    sig = _params(kernel, d) + (", " + lane_params if lane_params else "")
-    sig += "".join(f", {d.type_name(p.dtype)}* {d.restrict} pk{i}" for i, p in packs.items())
+    extra = "".join(f", {d.type_name(p.dtype)}* {d.restrict} pk{i}" for i, p in packs.items())
+    if tiled:
+        extra += (f", const int k0, const int kn, const int first, const int last, "
+                  f"{d.type_name(reduce_node.dtype)}* {d.restrict} part")
+    origins = "".join(f", const int o{a}" for a in range(n_out))
+    sig = _params(kernel, d) + origins + "".join(f", const int n{a}" for a in range(n_out)) + extra
     lines.append(f"static inline __attribute__((always_inline)) void {name}_block({sig}) {{")
     body: list[str] = []
     lane_idx = [f"(o{a}+l{a})" for a in range(n_out)]
@@ -85,7 +136,8 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
             p = packs[index]
             blocks = [f"(o{a}/{upcast[a]})" for a in p.axes]
             lanes = [f"l{a}" for a in p.axes]
-            return f"pk{index}[{p.offset(blocks, red_idx, lanes)}]"
+            red = [f"({red_idx[0]}-k0)"] + red_idx[1:] if tiled else red_idx
+            return f"pk{index}[{p.offset(blocks, red, lanes)}]"
         idx, valid = index_expr(view, axis_index)
         read = f"data{index}[{idx}]"
         return f"(({valid})?{read}:{d.literal(0, node.dtype)})" if valid else read
@@ -93,29 +145,46 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
     emitter = ExprEmitter(d, load)
     emitter.axis_index = staticmethod(axis_index)
     lane_loops = [f"for (int l{a} = 0; l{a} < n{a}; l{a}++)" for a in range(n_out)]
+    # the reduce runs over whole blocks where the panels are padded: one shape for every call
+    padded = padded_axes(kernel, packs)
+    whole = [upcast[a] if a in padded else f"n{a}" for a in range(n_out)]
+    compute_loops = [f"for (int l{a} = 0; l{a} < {whole[a]}; l{a}++)" for a in range(n_out)]
+    inside = " && ".join(f"l{a} < n{a}" for a in sorted(padded))
     unroll_lanes = "_Pragma(\"GCC unroll 64\")"
     acc_dims = "".join(f"[{u}]" for u in upcast)
     acc_at = "acc" + "".join(f"[l{a}]" for a in range(n_out))
     known = {}
+    part_idx = "+".join(f"{lane_idx[a]}*{math.prod(domain[a + 1:n_out])}"
+                        for a in range(n_out)) or "0"
     if reduce_node is not None:
         acc_type = d.type_name(reduce_node.dtype)
         init = d.reduce_init(reduce_node.op, reduce_node.dtype)
         body.append(f"{acc_type} acc{acc_dims}[{split}];")
-        body += [unroll_lanes + " " + loop for loop in lane_loops]
-        body.append(f"{unroll_lanes} for (int s = 0; s < {split}; s++) {acc_at}[s] = {init};")
-        for j, size in enumerate(red_sizes[:-1]):
-            body.append(f"for (int r{j} = 0; r{j} < {size}; r{j}++) {{")
-        full = red_sizes[-1] - red_sizes[-1] % split
-        for part, (start, stop, step, lanes) in enumerate(
-                [(0, full, split, split), (full, red_sizes[-1], 1, 1)]):
-            if start >= stop:
+        body += [unroll_lanes + " " + loop for loop in compute_loops]
+        kept = " && ".join(["s == 0", "!first"] + ([inside] if inside else []))
+        start_value = f"({kept}) ? part[{part_idx}] : {init}" if tiled else init
+        body.append(f"{unroll_lanes} for (int s = 0; s < {split}; s++) "
+                    f"{acc_at}[s] = {start_value};")
+        bounds = [("0", str(size)) for size in red_sizes]
+        if tiled:
+            bounds[0] = ("k0", "k0+kn")
+        for j, (lo, hi) in enumerate(bounds[:-1]):
+            body.append(f"for (int r{j} = {lo}; r{j} < {hi}; r{j}++) {{")
+        lo, hi = bounds[-1]
+        if lo == "0" and hi.isdigit():
+            full = str(int(hi) - int(hi) % split)
+        else:
+            full = f"({hi})-(kn%{split})"
+        for piece, (start, stop, step, lanes) in enumerate(
+                [(lo, full, split, split), (full, hi, 1, 1)]):
+            if start == stop or (piece == 1 and split == 1):
                 continue
-            pragma = f"_Pragma(\"GCC unroll {unroll}\") " if part == 0 and unroll > 1 else ""
+            pragma = f"_Pragma(\"GCC unroll {unroll}\") " if piece == 0 and unroll > 1 else ""
             body.append(f"{pragma}for (int r{inner}b = {start}; r{inner}b < {stop}; "
                         f"r{inner}b += {step}) {{")
             inner_pragma = [unroll_lanes] * n_out + [unroll_lanes]
             inner_pragma[-1 if lanes > 1 or not n_out else -2] = ""
-            body += [p + " " + loop + " {" for p, loop in zip(inner_pragma, lane_loops)]
+            body += [p + " " + loop + " {" for p, loop in zip(inner_pragma, compute_loops)]
             body.append(f"{inner_pragma[-1]} for (int s = 0; s < {lanes}; s++) {{")
             body.append(f"const int r{inner} = r{inner}b + s;")
             stmts: list[str] = []
@@ -129,44 +198,72 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
         body.append(f"{d.type_name(reduce_node.dtype)} red = {acc_at}[0];")
         body.append(f"for (int s = 1; s < {split}; s++) "
                     + d.reduce_step(reduce_node.op, "red", f"{acc_at}[s]"))
+        if tiled:
+            body.append(f"if (!last) part[{part_idx}] = red; else {{")
     stmts = []
     value = emitter.emit(kernel.expr, stmts, known)
     out_idx, _ = index_expr(kernel.out_view, axis_index)
-    body += stmts + [f"data0[{out_idx}] = {value};", "}" * n_out]
+    body += stmts + [f"data0[{out_idx}] = {value};", "}" * (n_out + tiled)]
     lines += ["  " + b for b in body if b] + ["}", ""]
+
+    # ---- the tails, out of line: inlined beside the full block they spoil its vectorization
+    pack_args = "".join(f", pk{i}" for i in packs) + (", k0, kn, first, last, part" if tiled else "")
+    dispatch, tails = _tail_dispatch(kernel, upcast, pack_args, name)
+    for bounds, tail in tails:
+        lines += [f"static __attribute__((noinline)) void {tail}({_params(kernel, d)}{origins}"
+                  f"{extra}) {{", f"  {name}_block({_block_args(kernel, bounds)}{pack_args});",
+                  "}", ""]
 
     # ---- the entry point
     lines.append(f"void {name}({_params(kernel, d)}) {{")
     omp_threads = f" num_threads({threads})"
-    for i, p in packs.items():
-        lines += _pack_loop(kernel, p, upcast, d, omp_threads if parallel else None)
+    for slot, (i, p) in enumerate(packs.items()):
+        tname = d.type_name(p.dtype)
+        lines.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, {p.size}*sizeof({tname}));")
+    fills = [line for p in packs.values() for line in
+             _pack_loop(kernel, p, upcast, d, omp_threads if parallel else None, tiled)]
     nblocks = [math.ceil(domain[a] / upcast[a]) for a in range(n_out)]
+    nest: list[str] = []
     if parallel and n_out:
         collapse = f" collapse({parallel})" if parallel > 1 else ""
-        lines.append(f"  #pragma omp parallel for{collapse}{omp_threads} schedule(static)")
+        nest.append(f"#pragma omp parallel for{collapse}{omp_threads} schedule(static)")
     for a in order:
-        lines.append(f"  for (int b{a} = 0; b{a} < {nblocks[a]}; b{a}++)")
-    lines.append("  {")
-    lines += [f"    const int o{a} = b{a}*{upcast[a]};" for a in range(n_out)]
-    pack_args = "".join(f", pk{i}" for i in packs)
-    lines += ["    " + line for line in _tail_dispatch(kernel, upcast, pack_args, name)]
-    lines.append("  }")
-    lines += [f"  free(pk{i});" for i in packs]
+        nest.append(f"for (int b{a} = 0; b{a} < {nblocks[a]}; b{a}++)")
+    nest.append("{")
+    nest += [f"  const int o{a} = b{a}*{upcast[a]};" for a in range(n_out)]
+    nest += ["  " + line for line in dispatch]
+    nest.append("}")
+    if tiled:
+        acc_type = d.type_name(reduce_node.dtype)
+        size, tiles = math.prod(domain[:n_out]), math.ceil(red_sizes[0] / ktile)
+        lines.append(f"  {acc_type}* part = ({acc_type}*)scratch({len(packs)}, "
+                     f"{size}*sizeof({acc_type}));")
+        lines.append(f"  for (int kt = 0; kt < {tiles}; kt++) {{")
+        lines.append(f"    const int k0 = kt*{ktile}, first = kt == 0, last = kt == {tiles - 1};")
+        lines.append(f"    const int kn = last ? {red_sizes[0]}-k0 : {ktile};")
+        lines += ["  " + line for line in fills + nest]
+        lines += ["  }", f"  scratch_done({len(packs)}, part, {size}*sizeof({acc_type}));"]
+    else:
+        lines += fills + ["  " + line for line in nest]
+    lines += [f"  scratch_done({slot}, pk{i}, {p.size}*sizeof({d.type_name(p.dtype)}));"
+              for slot, (i, p) in enumerate(packs.items())]
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
+def _block_args(kernel: Kernel, bounds) -> str:
+    args = [f"o{a}" for a in range(kernel.n_out)] + [str(b) for b in bounds]
+    return _args(kernel) + "".join(", " + arg for arg in args)
+
+
 def _tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
-                   name: str) -> list[str]:
-    """Nested ifs that call block() with constant bounds: full blocks, and each axis's tail."""
+                   name: str) -> tuple[list[str], list[tuple[list[int], str]]]:
+    """Nested ifs that call block() with constant bounds for full blocks and each tail's
+    function for the axes' tails; also the tails as (bounds, function name)."""
     n_out, domain = kernel.n_out, kernel.domain
     axes_with_tail = [a for a in range(n_out) if domain[a] % upcast[a]]
     out: list[str] = []
-
-    def call(bounds):
-        args = [f"o{a}" for a in range(n_out)] + [str(b) for b in bounds]
-        return f"{name}_block({_args(kernel)}{', ' if args else ''}{', '.join(args)}{pack_args});"
-
+    tails: list[tuple[list[int], str]] = []
     combos = list(itertools.product((False, True), repeat=len(axes_with_tail)))
     for i, combo in enumerate(combos):
         bounds = list(upcast)
@@ -176,22 +273,27 @@ def _tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
                 bounds[a] = domain[a] % upcast[a]
             tests.append(f"o{a}+{upcast[a]}{'>' if is_tail else '<='}{domain[a]}")
         prefix = "" if not tests else ("if (" if i == 0 else "else if (") + " && ".join(tests) + ") "
-        out.append(prefix + call(bounds))
-    return out
+        if i == 0:
+            out.append(prefix + f"{name}_block({_block_args(kernel, bounds)}{pack_args});")
+        else:
+            tails.append((bounds, f"{name}_tail{i}"))
+            out.append(prefix + f"{name}_tail{i}({_block_args(kernel, [])}{pack_args});")
+    return out, tails
 
 
-def _pack_loop(kernel: Kernel, p: _PackInfo, upcast, d: Dialect, omp: str | None) -> list[str]:
-    """Fill a scratch panel: pk[blocks][reduce][lanes] = the load's value (0 past the edge)."""
-    tname = d.type_name(p.dtype)
-    lines = [f"  {tname}* pk{p.index} = ({tname}*)aligned_alloc(64, "
-             f"(({p.size}*sizeof({tname})+63)/64)*64);"]
+def _pack_loop(kernel: Kernel, p: _PackInfo, upcast, d: Dialect, omp: str | None,
+               tiled: bool) -> list[str]:
+    """Fill a scratch panel: pk[blocks][reduce][lanes] = the load's value (0 past the edge);
+    with a k tile, the kn rows of the first reduce axis from k0 on."""
+    lines = []
     n_out = kernel.n_out
     names_b = [f"pb{a}" for a in p.axes]
     names_r = [f"r{j}" for j in range(len(p.reduce))]
     names_l = [f"pl{a}" for a in p.axes]
     if omp and p.axes:
         lines.append(f"  #pragma omp parallel for{omp} schedule(static)")
-    loops = [(n, s) for n, s in zip(names_b + names_r + names_l, p.blocks + p.reduce + p.lanes)]
+    sizes = p.blocks + (["kn"] + p.reduce[1:] if tiled else p.reduce) + p.lanes
+    loops = list(zip(names_b + names_r + names_l, sizes))
     lines += [f"  for (int {n} = 0; {n} < {s}; {n}++)" for n, s in loops]
     lines.append("  {")
     guard = []
@@ -199,7 +301,7 @@ def _pack_loop(kernel: Kernel, p: _PackInfo, upcast, d: Dialect, omp: str | None
     def axis_index(axis: int) -> str:
         if axis < n_out:
             return f"(pb{axis}*{upcast[axis]}+pl{axis})" if axis in p.axes else "0"
-        return f"r{axis - n_out}"
+        return "(k0+r0)" if tiled and axis == n_out else f"r{axis - n_out}"
 
     for a in p.axes:
         guard.append(f"pb{a}*{upcast[a]}+pl{a}<{kernel.domain[a]}")
@@ -212,9 +314,3 @@ def _pack_loop(kernel: Kernel, p: _PackInfo, upcast, d: Dialect, omp: str | None
     lines.append("  }")
     return lines
 
-
-def naive_config(kernel: Kernel) -> Config:
-    """The config that changes nothing: one output at a time, serial, in domain order."""
-    n_out = kernel.n_out
-    return Config.make(upcast=(1,) * n_out, order=tuple(range(n_out)), unroll=1, split=1,
-                       pack=(), parallel=0, threads=1)

@@ -109,10 +109,13 @@ class Space(ABC):
 
 
 def check_knob_set(config: Config, family: str, knobs: tuple[str, ...],
-                   integers: tuple[str, ...]) -> dict[str, Any]:
+                   integers: tuple[str, ...], optional: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
     """The config's knobs as a dict, once it has exactly `knobs` and `integers` are ints;
-    raises ConfigError naming what is unknown, missing or mistyped."""
-    values = dict(config.knobs)
+    raises ConfigError naming what is unknown, missing or mistyped. Knobs added to a space
+    after its first release are `optional`: a stored config without one means the default
+    given here, which must generate the same code as before the knob existed."""
+    values = {**(optional or {}), **dict(config.knobs)}
     unknown = set(values) - set(knobs)
     if unknown:
         raise ConfigError(f"unknown knobs for {family}: {', '.join(sorted(unknown))}")
