@@ -1,7 +1,10 @@
 """Shared helpers for device conformance: sample random valid configs of a kernel's space."""
 from __future__ import annotations
 
+import ctypes
 import random
+import subprocess
+from pathlib import Path
 
 import numpy as np
 
@@ -51,3 +54,39 @@ def tolerance(kernel: Kernel) -> float:
     for size in kernel.domain[kernel.n_out:]:
         reduce_len *= size
     return 1e-5 * max(8.0, reduce_len ** 0.5 * 4)
+
+
+def k_tiled_configs(kernel: Kernel, count: int, seed: int) -> list[Config]:
+    """Sampled CPU configs with the first reduce axis cut into tiles of 1, 2 and about half of
+    it, so that tiles with a remainder, panels refilled per tile and partial results kept
+    between tiles are all exercised (the sampled tiles of small kernels are rarely shorter)."""
+    from tunesearch.runtime.device import get_device
+    from tunesearch.space.space import space_for
+    space = space_for(kernel, get_device("cpu").info().target)
+    size = kernel.domain[kernel.n_out]
+    out = []
+    for i, config in enumerate(sample_configs(space, count, seed=seed)):
+        tiled = config.replace(ktile=(1, 2, size // 2 + 1)[i % 3])
+        if space.validate(tiled) is None and tiled not in out:
+            out.append(tiled)
+    return out
+
+
+def build_cpu_library(kernel: Kernel, configs: list[Config], folder: Path,
+                      opt: str = "-O0") -> ctypes.CDLL:
+    """One shared object with a function v{i} per config, so each kernel compiles once. The
+    many configs compile at -O0 (what is checked is the loop nest the lowering writes); a few
+    compile at -O3 with vectorization, as the device does."""
+    from tunesearch.runtime.cpu import FLAGS, compiler
+    from tunesearch.space.lower_cpu import HEADER, render_cpu
+    parts = [HEADER]
+    for i, config in enumerate(configs):
+        parts.append(render_cpu(kernel, config, f"v{i}").replace(HEADER, ""))
+    src = folder / f"{kernel.key}{opt}.c"
+    lib = folder / f"{kernel.key}{opt}.so"
+    src.write_text("\n".join(parts))
+    flags = [opt if f == "-O3" else f for f in FLAGS]
+    proc = subprocess.run([compiler()[0], *flags, str(src), "-o", str(lib), "-lm"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return ctypes.CDLL(str(lib))

@@ -3,38 +3,21 @@ from __future__ import annotations
 
 import ctypes
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from tests.catalogue import catalogue, random_inputs
-from tests.conformance import output_error, sample_configs, tolerance
-from tunesearch.runtime.cpu import FLAGS, compiler
+from tests.conformance import (build_cpu_library, k_tiled_configs, output_error, sample_configs,
+                               tolerance)
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.interpret import run_kernel
-from tunesearch.space.lower_cpu import HEADER, render_cpu
 from tunesearch.space.space import space_for
 
 CONFIGS_PER_KERNEL = 50
 KERNELS = catalogue()
-
-
-def _build(kernel, configs, tmp_path, opt="-O0"):
-    """One shared object with a function per config, so each kernel compiles once. The many
-    configs compile at -O0 (what is checked is the loop nest the lowering writes); a few compile
-    at -O3 with vectorization, as the device does, in test_configs_at_o3."""
-    parts = [HEADER]
-    for i, config in enumerate(configs):
-        parts.append(render_cpu(kernel, config, f"v{i}").replace(HEADER, ""))
-    src = tmp_path / f"{kernel.key}{opt}.c"
-    lib = tmp_path / f"{kernel.key}{opt}.so"
-    src.write_text("\n".join(parts))
-    flags = [opt if f == "-O3" else f for f in FLAGS]
-    proc = subprocess.run([compiler()[0], *flags, str(src), "-o", str(lib), "-lm"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return ctypes.CDLL(str(lib))
 
 
 def _build_all(tmp, count, opt):
@@ -44,7 +27,7 @@ def _build_all(tmp, count, opt):
         configs = sample_configs(space_for(kernel, target), count, seed=len(name))
         jobs.append((name, kernel, configs))
     with ThreadPoolExecutor(max_workers=2) as pool:
-        libs = list(pool.map(lambda job: _build(job[1], job[2], tmp, opt), jobs))
+        libs = list(pool.map(lambda job: build_cpu_library(job[1], job[2], tmp, opt), jobs))
     return {name: (kernel, configs, lib) for (name, kernel, configs), lib in zip(jobs, libs)}
 
 
@@ -89,26 +72,22 @@ def _check(name, kernel, configs, lib):
         assert err <= tolerance(kernel), f"{name} config {config}: error {err:.2e}"
 
 
-def _k_tiled(kernel, count: int, seed: int):
-    """Sampled configs with the first reduce axis cut into tiles of 1, 2 and about half of it,
-    so that tiles with a remainder, packed panels refilled per tile and partial results kept
-    between tiles are all exercised (the sampled tiles of small kernels are rarely shorter)."""
-    space = space_for(kernel, get_device("cpu").info().target)
-    size = kernel.domain[kernel.n_out]
-    out = []
-    for i, config in enumerate(sample_configs(space, count, seed=seed)):
-        tiled = config.replace(ktile=(1, 2, size // 2 + 1)[i % 3])
-        if space.validate(tiled) is None and tiled not in out:
-            out.append(tiled)
-    return out
-
-
 TILED = [(name, kernel) for name, kernel in KERNELS
          if kernel.n_reduce and kernel.domain[kernel.n_out] >= 3]
 
 
 @pytest.mark.parametrize("name,kernel", TILED, ids=[name for name, _ in TILED])
 def test_k_tiled_configs_match_reference(tmp_path, name, kernel):
-    configs = _k_tiled(kernel, 12, seed=len(name))
+    configs = k_tiled_configs(kernel, 12, seed=len(name))
     assert len(configs) >= 6 and any(c.get("pack") for c in configs), configs
-    _check(name, kernel, configs, _build(kernel, configs, tmp_path))
+    _check(name, kernel, configs, build_cpu_library(kernel, configs, tmp_path))
+
+
+def test_reads_and_writes_stay_inside_the_buffers():
+    """Every buffer placed against an inaccessible page, after its end and then before its
+    start: a config that reads or writes past either edge (a tail block computing whole
+    register blocks from an operand that is not in a padded panel, say) crashes the child."""
+    proc = subprocess.run([sys.executable, "-m", "tests.guard_pages"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "configs checked" in proc.stdout

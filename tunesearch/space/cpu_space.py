@@ -239,9 +239,8 @@ class CPUSpace(Space):
         """The default's knobs but the threads. For a matmul: an 8x32 register block; panels
         for operands whose rows lie a multiple of 1 KiB apart (they fall in the same cache sets
         and would evict each other); a k tile of 256 where the reduce is long (the operands of
-        one tile then stay in cache), with the row blocks outermost so each block's slice of
-        the first operand stays in L1 while the panel of the second streams past; else the
-        column blocks outermost where the second operand is read in place."""
+        one tile then stay in cache); the column blocks outermost where the second operand is
+        read in place."""
         k = self.kernel
         n_out, domain = k.n_out, k.domain
         upcast = [1] * n_out
@@ -262,7 +261,10 @@ class CPUSpace(Space):
                 pack = tuple(i for i in packable(k) if any(
                     abs(st) > 1 and abs(st) * itemsize[i] % 1024 == 0 for st in views[i].strides))
                 if domain[n_out] > 1024:
-                    ktile, first = 256, row
+                    # one thread: row blocks outermost, so each block's slice of the first
+                    # operand stays in L1 while the tile's panel of the second streams past;
+                    # several: the column blocks are shared out, each thread streaming its part
+                    ktile, first = 256, (row if self.target.threads == 1 else col)
                 elif b_side not in pack:
                     first = col  # each column panel is read from L2 by every row block
             elif inner_contig:

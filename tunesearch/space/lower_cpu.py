@@ -290,11 +290,15 @@ def _pack_loop(kernel: Kernel, p: _PackInfo, upcast, d: Dialect, omp: str | None
     names_b = [f"pb{a}" for a in p.axes]
     names_r = [f"r{j}" for j in range(len(p.reduce))]
     names_l = [f"pl{a}" for a in p.axes]
-    if omp and p.axes:
-        lines.append(f"  #pragma omp parallel for{omp} schedule(static)")
     sizes = p.blocks + (["kn"] + p.reduce[1:] if tiled else p.reduce) + p.lanes
-    loops = list(zip(names_b + names_r + names_l, sizes))
-    lines += [f"  for (int {n} = 0; {n} < {s}; {n}++)" for n, s in loops]
+    strides = ([p.view.strides[a] * upcast[a] for a in p.axes]
+               + list(p.view.strides[n_out:]) + [p.view.strides[a] for a in p.axes])
+    # the loop with the largest stride in the source outermost, the contiguous one innermost:
+    # the operand is then read in order, row after row (a panel is written in any order)
+    loops = sorted(zip(names_b + names_r + names_l, sizes, strides), key=lambda x: -abs(x[2]))
+    if omp:
+        lines.append(f"  #pragma omp parallel for{omp} schedule(static)")
+    lines += [f"  for (int {n} = 0; {n} < {size}; {n}++)" for n, size, _ in loops]
     lines.append("  {")
     guard = []
 
@@ -304,7 +308,8 @@ def _pack_loop(kernel: Kernel, p: _PackInfo, upcast, d: Dialect, omp: str | None
         return "(k0+r0)" if tiled and axis == n_out else f"r{axis - n_out}"
 
     for a in p.axes:
-        guard.append(f"pb{a}*{upcast[a]}+pl{a}<{kernel.domain[a]}")
+        if kernel.domain[a] % upcast[a]:
+            guard.append(f"pb{a}*{upcast[a]}+pl{a}<{kernel.domain[a]}")
     idx, valid = index_expr(p.view, axis_index)
     cond = " && ".join(guard + ([f"({valid})"] if valid else []))
     value = f"data{p.index}[{idx}]"
