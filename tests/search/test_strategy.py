@@ -1,6 +1,8 @@
 """Search strategies on a simulated measurer: no hardware, deterministic, fast."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import optuna
 import pytest
@@ -187,3 +189,28 @@ def test_study_in_storage_resumes_from_its_history(small_space, tmp_path):
     study = optuna.load_study(study_name=study_name(kernel, "sim"), storage=storage)
     assert study.study_name == f"{kernel.key}@sim"
     assert sum(t.user_attrs["result"]["measured"] for t in study.trials) == 8
+
+
+class NarrowerCPUSpace(CPUSpace):
+    """The same kernel's space after a release that offers other block sizes."""
+
+    def parameters(self):
+        return [replace(p, choices=p.choices[:-1]) if p.name.startswith("upcast.") and
+                len(p.choices) > 2 else p for p in super().parameters()]
+
+
+def test_a_study_resumes_after_the_space_changed(mm_space, tmp_path):
+    """Optuna refuses a parameter whose choices changed within one study; the search names its
+    parameters by their choices, so the resumed study goes on and its history still answers."""
+    kernel, space = mm_space
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    first = SimulatedMeasurer(matmul_time)
+    search_kernel(kernel, space, first, Budget(trials=8), "tpe", seed=0, storage=storage,
+                  device_key="sim", finalists=0)
+    narrower = NarrowerCPUSpace(kernel, TWO_THREADS)
+    assert narrower.parameters() != space.parameters()
+    for sampler in ("tpe", "random", "nsga2"):
+        again = SimulatedMeasurer(matmul_time)
+        result = search_kernel(kernel, narrower, again, Budget(trials=4), sampler, seed=1,
+                               storage=storage, device_key="sim", finalists=0)
+        assert result.measured == 4 and not set(first.calls) & set(again.calls)

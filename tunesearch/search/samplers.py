@@ -4,9 +4,9 @@
     built.sampler, built.name, built.notes   # the optuna sampler, what really runs, fallbacks said
 
 A factory gets the seed and the trial budget and returns the sampler, plus notes when it had to
-fall back (a missing optional dependency, parameters the method cannot model). `ordinal` samplers
-see a parameter with integer choices as an integer index, so the order of the choices (block
-sizes 1 < 2 < 4 ...) means something to them; the others see every parameter as categorical.
+fall back (a missing optional dependency, parameters the method cannot model). Every sampler
+sees a parameter with integer choices as an integer index, so the order of the choices (block
+sizes 1 < 2 < 4 ...) means something to it (see study._Codec).
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ DEFAULT_SAMPLER = "tpe"
 class BuiltSampler:
     name: str                   # the method that really runs (after any fallback)
     sampler: optuna.samplers.BaseSampler
-    ordinal: bool = False
     notes: tuple[str, ...] = ()
 
 
@@ -66,7 +65,7 @@ def _missing(*modules: str) -> list[str]:
 def _tpe(seed: int, n_trials: int | None) -> optuna.samplers.TPESampler:
     # a short random start, then multivariate TPE that groups the conditional parameters;
     # constant_liar keeps a batch of asks from piling onto one point
-    startup = 10 if n_trials is None else max(4, min(10, n_trials // 5))
+    startup = 6 if n_trials is None else max(4, min(6, n_trials // 5))
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True,
                                       group=True, constant_liar=True)
 
@@ -109,7 +108,7 @@ def make_gp(seed: int, n_trials: int | None) -> BuiltSampler:
             f"gp needs {' and '.join(missing)} (pip install {' '.join(missing)}); using tpe",))
     startup = 10 if n_trials is None else max(4, min(10, n_trials // 5))
     return BuiltSampler("gp", optuna.samplers.GPSampler(
-        seed=seed, n_startup_trials=startup), ordinal=True)
+        seed=seed, n_startup_trials=startup))
 
 
 @sampler("nsga2", "a genetic algorithm (NSGA-II) with a population sized to the budget")
@@ -130,5 +129,5 @@ def make_cmaes(seed: int, n_trials: int | None) -> BuiltSampler:
     # constraints: failed configs reach it through their penalty value
     return BuiltSampler("cmaes", optuna.samplers.CmaEsSampler(
         seed=seed, n_startup_trials=0, independent_sampler=_tpe(seed, n_trials), with_margin=True,
-        warn_independent_sampling=False), ordinal=True, notes=(
+        warn_independent_sampling=False), notes=(
         "cmaes samples the numeric knobs; categorical and conditional knobs are sampled by tpe",))

@@ -12,6 +12,7 @@ re-timed with more repeats before the winner is chosen.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -40,13 +41,22 @@ def study_name(kernel: Kernel, device_key: str) -> str:
 
 @dataclass(frozen=True)
 class _Codec:
-    """How the space's parameters appear to Optuna: categorical, or (for ordinal samplers) the
-    index into an integer parameter's choices, so that neighbouring block sizes are near."""
+    """How the space's parameters appear to Optuna. A parameter with integer choices is the index
+    into them, so neighbouring block sizes are near; others are categorical. Each one's Optuna
+    name carries a digest of its choices: a study resumed after the space changed (a choice
+    added, say) gets parameters of new names instead of Optuna refusing a changed distribution,
+    and its history still answers configs seen before."""
     params: tuple[Param, ...]
-    ordinal: bool
 
-    def _as_index(self, param: Param) -> bool:
-        return self.ordinal and all(isinstance(c, int) for c in param.choices)
+    @staticmethod
+    def _as_index(param: Param) -> bool:
+        return all(isinstance(c, int) for c in param.choices)
+
+    @staticmethod
+    def name(param: Param) -> str:
+        kind = "index" if _Codec._as_index(param) else "choice"
+        digest = hashlib.sha1(repr((kind, param.choices)).encode()).hexdigest()[:6]
+        return f"{param.name}#{digest}"
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         values: dict[str, Any] = {}
@@ -54,14 +64,15 @@ class _Codec:
             if p.when is not None and values.get(p.when[0]) not in p.when[1]:
                 continue
             if self._as_index(p):
-                values[p.name] = p.choices[trial.suggest_int(p.name, 0, len(p.choices) - 1)]
+                values[p.name] = p.choices[trial.suggest_int(self.name(p), 0, len(p.choices) - 1)]
             else:
-                values[p.name] = trial.suggest_categorical(p.name, p.choices)
+                values[p.name] = trial.suggest_categorical(self.name(p), p.choices)
         return values
 
     def encode(self, values: dict[str, Any]) -> dict[str, Any]:
         by_name = {p.name: p for p in self.params}
-        return {name: by_name[name].choices.index(v) if self._as_index(by_name[name]) else v
+        return {self.name(by_name[name]): by_name[name].choices.index(v)
+                if self._as_index(by_name[name]) else v
                 for name, v in values.items() if name in by_name}
 
 
@@ -176,7 +187,7 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
         sampler = "grid"
     built = make_sampler(sampler, seed, budget.trials)
     notes += built.notes
-    codec = _Codec(tuple(params), built.ordinal)
+    codec = _Codec(tuple(params))
     study = optuna.create_study(study_name=study_name(kernel, device_key), storage=storage,
                                 sampler=built.sampler, direction="minimize", load_if_exists=True)
     state = _Search(budget, clock)
