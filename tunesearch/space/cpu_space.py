@@ -236,8 +236,9 @@ class CPUSpace(Space):
         return Config.make(**layout, parallel=parallel, threads=threads)
 
     def _default_layout(self) -> dict[str, Any]:
-        """The default's knobs but the threads. For a matmul: an 8x32 register block; panels
-        for operands whose rows lie a multiple of 1 KiB apart (they fall in the same cache sets
+        """The default's knobs but the threads. For a matmul: a 6x32 or 8x32 register block;
+        panels for operands read with a stride along the vector lanes (a convolution's windows)
+        and for those whose rows lie a multiple of 1 KiB apart (they fall in the same cache sets
         and would evict each other); a k tile of 256 where the reduce is long (the operands of
         one tile then stay in cache); the column blocks outermost where the second operand is
         read in place."""
@@ -254,12 +255,19 @@ class CPUSpace(Space):
             if gemm is not None:
                 row, col, b_side = gemm
                 upcast[col] = min(32, domain[col])
-                upcast[row] = min(8, domain[row])
                 unroll = 4
                 views = {n.arg[0]: n.arg[1] for n in k.loads()}
-                itemsize = {i: k.buffers[i].dtype.itemsize for i in views}
-                pack = tuple(i for i in packable(k) if any(
-                    abs(st) > 1 and abs(st) * itemsize[i] % 1024 == 0 for st in views[i].strides))
+
+                def worth_a_panel(i: int) -> bool:
+                    strides = views[i].strides
+                    itemsize = k.buffers[i].dtype.itemsize
+                    return strides[col] not in (0, 1) or any(
+                        abs(st) > 1 and abs(st) * itemsize % 1024 == 0 for st in strides)
+                pack = tuple(i for i in packable(k) if worth_a_panel(i))
+                # each row of the block is a stream of broadcasts of its own, unless the row
+                # side comes from a panel, where they are one stream: then 8 rows, else 6
+                row_side = {b for b, v in views.items() if v.strides[row] and not v.strides[col]}
+                upcast[row] = min(8 if row_side and row_side <= set(pack) else 6, domain[row])
                 if domain[n_out] > 1024:
                     # one thread: row blocks outermost, so each block's slice of the first
                     # operand stays in L1 while the tile's panel of the second streams past;

@@ -183,7 +183,10 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
             body.append(f"{pragma}for (int r{inner}b = {start}; r{inner}b < {stop}; "
                         f"r{inner}b += {step}) {{")
             inner_pragma = [unroll_lanes] * n_out + [unroll_lanes]
-            inner_pragma[-1 if lanes > 1 or not n_out else -2] = ""
+            # the innermost real loop is the vector loop: each of its lanes has an accumulator
+            # of its own, which `omp simd` tells the compiler (left to itself, GCC sometimes
+            # unrolls it first and then fails to vectorize the block at all)
+            inner_pragma[-1 if lanes > 1 or not n_out else -2] = "_Pragma(\"omp simd\")"
             body += [p + " " + loop + " {" for p, loop in zip(inner_pragma, compute_loops)]
             body.append(f"{inner_pragma[-1]} for (int s = 0; s < {lanes}; s++) {{")
             body.append(f"const int r{inner} = r{inner}b + s;")
