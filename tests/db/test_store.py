@@ -147,6 +147,17 @@ def test_prune_removes_old_space_versions_and_unseen_devices(store_url, make):
         assert store.stats()["devices"] == 1
 
 
+def test_a_kernel_tuned_again_under_a_newer_space_takes_its_version(store_url, make):
+    with Store(store_url) as store:
+        store.record(make.kernel(0, space_version=1), make.device(0), make.result())
+        store.record(make.kernel(0, space_version=2), make.device(1), make.result())
+        store.record(make.kernel(0, space_version=1), make.device(2), make.result())
+        [detail] = store.show(make.kernel(0).key)
+        assert detail.kernel.space_version == 2
+        assert store.prune(space_version_below=2) == 0
+        assert store.lookup(make.kernel(0).key, make.device(0).key) is not None
+
+
 def test_schema_is_created_at_head(store_url):
     with Store(store_url) as store:
         assert store.revision_before is None

@@ -31,13 +31,18 @@ TRIAL_COLUMNS = (Trial.number, Trial.config, Trial.time_s, Trial.error)
 
 
 def upsert_kernel(connection: Connection, dialect_insert: Insert, kernel: KernelRecord) -> int:
-    """Insert the kernel if its key is new; returns its id either way."""
+    """Insert the kernel if its key is new; returns its id either way. A kernel recorded again
+    under a newer space version (tuned again by a newer release) takes that version, so pruning
+    by version leaves it alone; an older one never lowers it."""
     stmt = dialect_insert(Kernel).values(
         key=kernel.key, name=kernel.name, canonical=kernel.canonical, ops=kernel.ops,
         shapes=kernel.shapes, space_version=kernel.space_version)
+    newer = stmt.excluded.space_version > Kernel.space_version
     # DO UPDATE rather than DO NOTHING so that RETURNING yields the id of an existing row too.
-    stmt = stmt.on_conflict_do_update(index_elements=[Kernel.key],
-                                      set_={"name": stmt.excluded.name}).returning(Kernel.id)
+    stmt = stmt.on_conflict_do_update(index_elements=[Kernel.key], set_={
+        "name": stmt.excluded.name,
+        "space_version": case((newer, stmt.excluded.space_version), else_=Kernel.space_version),
+    }).returning(Kernel.id)
     return connection.execute(stmt).scalar_one()
 
 
