@@ -87,7 +87,8 @@ class CPUDevice(Device):
         return DeviceInfo("cpu", cpu["model"], fingerprint, target)
 
     def alloc(self, size: int, dtype: DType) -> Buffer:
-        return Buffer(self.name, size, dtype, np.empty(max(size, 1), dtype.np))
+        array = np.empty(max(size, 1), dtype.np)
+        return Buffer(self.name, size, dtype, array, array.ctypes.data)
 
     def copyin(self, buffer: Buffer, array: np.ndarray) -> None:
         buffer.handle[:buffer.size] = array.reshape(-1)
@@ -121,7 +122,7 @@ class CPUDevice(Device):
         fn.argtypes = [ctypes.c_void_p] * source.n_buffers
 
         def run(buffers: list[Buffer]) -> None:
-            fn(*[b.handle.ctypes.data for b in buffers])
+            fn(*[b.handle.ctypes.data if b.address is None else b.address for b in buffers])
 
         def timed(buffers: list[Buffer]) -> float:
             args = [ctypes.c_void_p(b.handle.ctypes.data) for b in buffers]

@@ -59,6 +59,8 @@ class Buffer:
     size: int
     dtype: DType
     handle: Any = field(repr=False)
+    # the address of a host buffer, taken once: reading it from numpy costs ~1 us a launch
+    address: int | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
