@@ -1,4 +1,5 @@
-"""Shared helpers for device conformance: sample random valid configs of a kernel's space."""
+"""Shared helpers for device conformance: random valid configs of a kernel's space, k-tiled ones,
+the CPU library of many configs, and the measure of an output's error."""
 from __future__ import annotations
 
 import ctypes
