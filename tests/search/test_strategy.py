@@ -6,11 +6,14 @@ from dataclasses import replace
 import numpy as np
 import optuna
 import pytest
+from optuna.trial import TrialState
 
 from tests.search.kernels import add, matmul
 from tunesearch.search import (Budget, MeasureResult, SimulatedMeasurer, make_sampler,
                                sampler_names, search_kernel, study_name)
 from tunesearch.search.samplers import _missing
+from tunesearch.search.study import _Codec
+from tunesearch.space.config import Config
 from tunesearch.space.cpu_space import CPUSpace
 from tunesearch.space.space import space_for
 from tunesearch.space.target import Target
@@ -214,3 +217,26 @@ def test_a_study_resumes_after_the_space_changed(mm_space, tmp_path):
         result = search_kernel(kernel, narrower, again, Budget(trials=4), sampler, seed=1,
                                storage=storage, device_key="sim", finalists=0)
         assert result.measured == 4 and not set(first.calls) & set(again.calls)
+
+
+def test_a_default_taken_by_another_process_is_not_told_to_a_sampled_trial(mm_space, tmp_path):
+    """Two workers start one study at once: the other took the enqueued default and has not
+    answered yet. This one's first ask is then a sampled trial, which must not get the
+    default's time (the sampler would learn it under the wrong values)."""
+    kernel, space = mm_space
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = optuna.create_study(study_name=study_name(kernel, "sim"), storage=storage)
+    codec = _Codec(tuple(space.parameters()))
+    study.enqueue_trial(codec.encode(space.params_of(space.default())))
+    taken = study.ask()
+    codec.suggest(taken)  # the other worker holds the default's trial, still running
+    default = MeasureResult(space.default(), matmul_time(space.default()), 0.0, repeats=3)
+    sim = SimulatedMeasurer(matmul_time)
+    result = search_kernel(kernel, space, sim, Budget(trials=6), "random", seed=0,
+                           storage=storage, device_key="sim", default_result=default,
+                           finalists=0)
+    assert space.default() not in sim.calls and result.default == default
+    for trial in optuna.load_study(study_name=study_name(kernel, "sim"),
+                                   storage=storage).get_trials(states=[TrialState.COMPLETE]):
+        told = Config.from_json(trial.user_attrs["result"]["config"])
+        assert space.config_from(codec.decode(trial.params)) == told

@@ -69,6 +69,15 @@ class _Codec:
                 values[p.name] = trial.suggest_categorical(self.name(p), p.choices)
         return values
 
+    def decode(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The space's values of a trial's Optuna params (the inverse of encode)."""
+        out = {}
+        for p in self.params:
+            if self.name(p) in params:
+                value = params[self.name(p)]
+                out[p.name] = p.choices[value] if self._as_index(p) else value
+        return out
+
     def encode(self, values: dict[str, Any]) -> dict[str, Any]:
         by_name = {p.name: p for p in self.params}
         return {self.name(by_name[name]): by_name[name].choices.index(v)
@@ -201,9 +210,18 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
         study.enqueue_trial(codec.encode(space.params_of(default)), skip_if_exists=True)
         if default_result is not None:  # measured by the caller: it answers trial 0 at once
             trial = study.ask()
-            codec.suggest(trial)  # the enqueued values become the trial's parameters
-            _tell(study, trial, default_result, True, state.penalty())
-            state.record(trial.number, default_result, True)
+            if space.config_from(codec.suggest(trial)) == default:
+                _tell(study, trial, default_result, True, state.penalty())
+                state.record(trial.number, default_result, True)
+            else:
+                # another process sharing the study took the enqueued default first: this trial
+                # has sampled values, and telling it the default's time would teach the sampler
+                # a lie. It is closed unanswered; the default's time still counts here
+                study.tell(trial, state=TrialState.FAIL)
+                state.history.setdefault(default, default_result)
+                if default_result.ok and (state.best is None
+                                          or default_result.time_s < state.best.time_s):
+                    state.best = default_result
     stopped_by, pending = None, []
     try:
         while (stopped_by := state.stop_reason(built.sampler)) is None:
