@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cached_property
 
 import numpy as np
 import optuna
@@ -197,9 +198,10 @@ def test_study_in_storage_resumes_from_its_history(small_space, tmp_path):
 class NarrowerCPUSpace(CPUSpace):
     """The same kernel's space after a release that offers other block sizes."""
 
-    def parameters(self):
-        return [replace(p, choices=p.choices[:-1]) if p.name.startswith("upcast.") and
-                len(p.choices) > 2 else p for p in super().parameters()]
+    @cached_property
+    def _parameters(self):
+        return tuple(replace(p, choices=p.choices[:-1]) if p.name.startswith("upcast.") and
+                     len(p.choices) > 2 else p for p in super()._parameters)
 
 
 def test_a_study_resumes_after_the_space_changed(mm_space, tmp_path):

@@ -4,6 +4,7 @@ block loop order, packing of operands into panels, and the OpenMP parallel loops
 count. Every knob changes the C that lower_cpu writes."""
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from tunesearch.graph.kernel import Kernel
@@ -52,6 +53,11 @@ def _subsets(items: tuple[int, ...]) -> list[tuple[int, ...]]:
 class CPUSpace(Space):
 
     def parameters(self) -> list[Param]:
+        return list(self._parameters)
+
+    @cached_property
+    def _parameters(self) -> tuple[Param, ...]:
+        # computed once per space: config_from reads the choices for every sampled point
         k = self.kernel
         # the last axis is the vectorized lane loop: whole vectors keep it free of epilogues
         params = [Param(f"upcast.{a}", divisors_and_blocks(
@@ -73,7 +79,7 @@ class CPUSpace(Space):
             counts = sorted({t for t in (2, 4, 8, 16, 32, 64) if t <= self.target.threads}
                             | {self.target.threads})
             params.append(Param("threads", tuple(counts), when=("parallel", (1, 2))))
-        return params
+        return tuple(params)
 
     def _orders(self) -> list[tuple[int, ...]]:
         """Block loop orders: axes of size 1 stay inside, the others are permuted (a bounded
@@ -96,6 +102,10 @@ class CPUSpace(Space):
             return (0,)
         return (0,) + tuple(t for t in KTILES if t < size)
 
+    def _blocks(self, upcast) -> list[int]:
+        """The number of register blocks along each output axis."""
+        return [-(-self.kernel.domain[a] // upcast[a]) for a in range(self.kernel.n_out)]
+
     def _default_order(self, blocks: list[int], first: int | None) -> tuple[int, ...]:
         """`first` outermost if given, then the axes with the most blocks (the outermost is the
         one shared over the threads); axes of size 1 last, where their one iteration is free."""
@@ -112,7 +122,7 @@ class CPUSpace(Space):
         trials on configs that run. Values already within the caps are taken as they are."""
         k = self.kernel
         parallel = values.get("parallel", 0)
-        choices = {p.name: p.choices for p in self.parameters()}
+        choices = {p.name: p.choices for p in self._parameters}
         upcast = [values.get(f"upcast.{a}", 1) for a in range(k.n_out)]
         split, unroll = values.get("split", 1), values.get("unroll", 1)
         if all(isinstance(v, int) and v >= 1 for v in upcast + [split, unroll]):
@@ -228,7 +238,7 @@ class CPUSpace(Space):
         elementwise work, and the outer loop over the threads when the work is large enough."""
         k = self.kernel
         layout = self._default_layout()
-        blocks = [-(-k.domain[a] // layout["upcast"][a]) for a in range(k.n_out)]
+        blocks = self._blocks(layout["upcast"])
         work = max(k.flops, k.bytes)
         parallel = 1 if k.n_out and self.target.threads > 1 and work > 1 << 18 \
             and blocks[layout["order"][0]] > 1 else 0
@@ -283,9 +293,8 @@ class CPUSpace(Space):
                 unroll = 2
         elif last is not None:
             upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32) if u <= domain[last])
-        blocks = [-(-domain[a] // upcast[a]) for a in range(n_out)]
-        return dict(upcast=tuple(upcast), order=self._default_order(blocks, first), split=split,
-                    unroll=unroll, ktile=ktile, pack=pack)
+        return dict(upcast=tuple(upcast), order=self._default_order(self._blocks(upcast), first),
+                    split=split, unroll=unroll, ktile=ktile, pack=pack)
 
 
 def _gemm_axes(kernel: Kernel) -> tuple[int, int, int] | None:
