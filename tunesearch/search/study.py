@@ -152,6 +152,14 @@ class _Search:
                 return
         self.since_improvement += 1
 
+    def known(self, result: MeasureResult) -> None:
+        """A measurement made outside this search (an earlier run of the study, the caller's
+        own of the default): it answers its config and may be the best so far."""
+        if self.history.setdefault(result.config, result) is not result:
+            return  # that config is answered already
+        if result.ok and (self.best is None or result.time_s < self.best.time_s):
+            self.best = result
+
     def penalty(self) -> float:
         """The value a failed config is told: twice the slowest time that ran correctly."""
         times = [r.time_s for r in self.history.values() if r.ok]
@@ -203,9 +211,7 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
     for frozen in study.get_trials(deepcopy=False):  # a resumed study: its trials count
         known = _from_history(frozen)
         if known is not None:
-            state.history.setdefault(known.config, known)
-    state.best = min((r for r in state.history.values() if r.ok), key=lambda r: r.time_s,
-                     default=None)
+            state.known(known)
     if default not in state.history:
         study.enqueue_trial(codec.encode(space.params_of(default)), skip_if_exists=True)
         if default_result is not None:  # measured by the caller: it answers trial 0 at once
@@ -218,10 +224,7 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
                 # has sampled values, and telling it the default's time would teach the sampler
                 # a lie. It is closed unanswered; the default's time still counts here
                 study.tell(trial, state=TrialState.FAIL)
-                state.history.setdefault(default, default_result)
-                if default_result.ok and (state.best is None
-                                          or default_result.time_s < state.best.time_s):
-                    state.best = default_result
+                state.known(default_result)
     stopped_by, pending = None, []
     try:
         while (stopped_by := state.stop_reason(built.sampler)) is None:
