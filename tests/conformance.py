@@ -91,3 +91,12 @@ def build_cpu_library(kernel: Kernel, configs: list[Config], folder: Path,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return ctypes.CDLL(str(lib))
+
+
+def call_config(lib: ctypes.CDLL, i: int, kernel: Kernel, out: np.ndarray,
+                inputs: list[np.ndarray]) -> None:
+    """Run config i of a build_cpu_library library on host arrays."""
+    fn = getattr(lib, f"v{i}")
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p] * len(kernel.buffers)
+    fn(out.ctypes.data, *[a.ctypes.data for a in inputs])

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from tests.catalogue import catalogue, random_inputs
-from tests.conformance import (build_cpu_library, k_tiled_configs, output_error, sample_configs,
-                               tolerance)
+from tests.conformance import (build_cpu_library, call_config, k_tiled_configs, output_error,
+                               sample_configs, tolerance)
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.interpret import run_kernel
 from tunesearch.space.space import space_for
@@ -69,10 +69,7 @@ def main() -> int:
                     for i, config in enumerate(chosen):
                         print(f"{name} {opt} {'end' if at_end else 'start'} {config}", flush=True)
                         out = guarded(np.zeros(out_spec.size, out_spec.dtype.np), at_end)
-                        fn = getattr(lib, f"v{i}")
-                        fn.restype = None
-                        fn.argtypes = [ctypes.c_void_p] * len(kernel.buffers)
-                        fn(out.ctypes.data, *[a.ctypes.data for a in args])
+                        call_config(lib, i, kernel, out, args)
                         err = output_error(out, expected)
                         if not err <= tolerance(kernel):
                             print(f"WRONG: error {err:.2e}", flush=True)

@@ -1,7 +1,6 @@
 """Every catalogue kernel, under many random valid CPU configs, matches the numpy interpreter."""
 from __future__ import annotations
 
-import ctypes
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -10,8 +9,8 @@ import numpy as np
 import pytest
 
 from tests.catalogue import catalogue, random_inputs
-from tests.conformance import (build_cpu_library, k_tiled_configs, output_error, sample_configs,
-                               tolerance)
+from tests.conformance import (build_cpu_library, call_config, k_tiled_configs, output_error,
+                               sample_configs, tolerance)
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.interpret import run_kernel
 from tunesearch.space.space import space_for
@@ -64,10 +63,7 @@ def _check(name, kernel, configs, lib):
     for i, config in enumerate(configs):
         dtype = kernel.buffers[0].dtype
         out = np.full(kernel.buffers[0].size, np.nan if dtype.is_float else -12345, dtype.np)
-        fn = getattr(lib, f"v{i}")
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p] * len(kernel.buffers)
-        fn(out.ctypes.data, *[a.ctypes.data for a in inputs])
+        call_config(lib, i, kernel, out, inputs)
         err = output_error(out, expected)
         assert err <= tolerance(kernel), f"{name} config {config}: error {err:.2e}"
 

@@ -122,12 +122,16 @@ class CPUDevice(Device):
         fn.argtypes = [ctypes.c_void_p] * source.n_buffers
 
         def run(buffers: list[Buffer]) -> None:
-            fn(*[b.handle.ctypes.data if b.address is None else b.address for b in buffers])
+            fn(*[_address(b) for b in buffers])
 
         def timed(buffers: list[Buffer]) -> float:
-            args = [ctypes.c_void_p(b.handle.ctypes.data) for b in buffers]
+            args = [ctypes.c_void_p(_address(b)) for b in buffers]
             start = time.perf_counter()
             fn(*args)
             return time.perf_counter() - start
 
         return Program(run, timed, source)
+
+
+def _address(buffer: Buffer) -> int:
+    return buffer.handle.ctypes.data if buffer.address is None else buffer.address
