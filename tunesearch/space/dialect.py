@@ -18,9 +18,6 @@ from tunesearch.graph.view import View
 class Dialect:
     """Plain C (the CPU device)."""
     name = "c"
-    kernel_prefix = ""
-    global_ptr = ""
-    local_qual = ""
     restrict = "restrict"
     fmax_name = "fmaxf"
 

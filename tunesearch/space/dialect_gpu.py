@@ -21,6 +21,8 @@ class GPUDialect(Dialect):
     local_id = ""     # this work-item's index in its work-group (a 1-D launch)
     group_id = ""     # this work-group's index
     barrier = ""      # a work-group barrier that also orders local-memory accesses
+    global_qual = ""  # the address space of a buffer parameter
+    local_qual = ""   # the address space of an array shared by a work-group
     unroll_pragma = "#pragma unroll {n}"
 
     def type_name(self, dtype: DType) -> str:
@@ -46,10 +48,11 @@ class GPUDialect(Dialect):
         raise NotImplementedError
 
     def param(self, dtype: DType, index: int, output: bool) -> str:
-        raise NotImplementedError
+        const = "" if output else "const "
+        return f"{self.global_qual}{const}{self.storage_type(dtype)}* {self.restrict} data{index}"
 
     def local_array(self, dtype: DType, name: str, size: int) -> str:
-        raise NotImplementedError
+        return f"{self.local_qual} {self.type_name(dtype)} {name}[{size}];"
 
 
 class OpenCLDialect(GPUDialect):
@@ -59,6 +62,8 @@ class OpenCLDialect(GPUDialect):
     local_id = "(int)get_local_id(0)"
     group_id = "(int)get_group_id(0)"
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+    global_qual = "__global "
+    local_qual = "__local"
 
     def type_name(self, dtype: DType) -> str:
         # pointers to bool may not be kernel arguments; a byte holds 0 or 1 on both sides
@@ -89,12 +94,6 @@ class OpenCLDialect(GPUDialect):
         return (f"__kernel __attribute__((reqd_work_group_size({work_group}, 1, 1))) "
                 f"void {name}({', '.join(params)})")
 
-    def param(self, dtype: DType, index: int, output: bool) -> str:
-        const = "" if output else "const "
-        return f"__global {const}{self.storage_type(dtype)}* restrict data{index}"
-
-    def local_array(self, dtype: DType, name: str, size: int) -> str:
-        return f"__local {self.type_name(dtype)} {name}[{size}];"
 
 
 class CUDADialect(GPUDialect):
@@ -104,6 +103,7 @@ class CUDADialect(GPUDialect):
     local_id = "(int)threadIdx.x"
     group_id = "(int)blockIdx.x"
     barrier = "__syncthreads();"
+    local_qual = "__shared__"
 
     def literal(self, value, dtype: DType) -> str:
         # NVRTC has no math.h: spell infinities and NaN through their bit patterns
@@ -134,12 +134,6 @@ class CUDADialect(GPUDialect):
         return (f'extern "C" __global__ void __launch_bounds__({work_group}) '
                 f"{name}({', '.join(params)})")
 
-    def param(self, dtype: DType, index: int, output: bool) -> str:
-        const = "" if output else "const "
-        return f"{const}{self.storage_type(dtype)}* __restrict__ data{index}"
-
-    def local_array(self, dtype: DType, name: str, size: int) -> str:
-        return f"__shared__ {self.type_name(dtype)} {name}[{size}];"
 
 
 _CUDA_HALF = """#ifndef TS_HALF_CONVERSIONS
