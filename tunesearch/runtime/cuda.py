@@ -21,12 +21,10 @@ import numpy as np
 
 from tunesearch import settings
 from tunesearch.graph.dtypes import DType
-from tunesearch.graph.kernel import Kernel
-from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
+from tunesearch.runtime.device import (Buffer, CompileError, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
-from tunesearch.space.config import Config
+from tunesearch.runtime.gpu import GPUDevice
 from tunesearch.space.dialect_gpu import CUDADialect
-from tunesearch.space.lower_gpu import render_gpu
 from tunesearch.space.target import Target
 
 INSTALL_HINT = 'pip install "tunesearch[cuda]" (cuda-python with NVRTC)'
@@ -283,7 +281,7 @@ def open_driver() -> CudaDriver:
     raise DeviceUnavailable("no CUDA device: " + "; ".join(errors))
 
 
-class CUDADevice(Device):
+class CUDADevice(GPUDevice):
     """A CUDA GPU. `CUDADevice(arch="sm_90")` also works without one, to compile only."""
     name = "cuda"
     nvrtc_options: tuple[str, ...] = ()
@@ -329,26 +327,16 @@ class CUDADevice(Device):
     def alloc(self, size: int, dtype: DType) -> Buffer:
         return Buffer(self.name, size, dtype, self.driver.alloc(max(size * dtype.itemsize, 1)))
 
-    def copyin(self, buffer: Buffer, array: np.ndarray) -> None:
-        host = np.ascontiguousarray(array, buffer.dtype.np).reshape(-1)
-        if host.size:
-            self.driver.htod(buffer.handle, host)
+    def _to_device(self, handle, host: np.ndarray) -> None:
+        self.driver.htod(handle, host)
 
-    def copyout(self, buffer: Buffer) -> np.ndarray:
-        host = np.empty(buffer.size, buffer.dtype.np)
-        if host.size:
-            self.driver.dtoh(host, buffer.handle)
-        return host
+    def _to_host(self, host: np.ndarray, handle) -> None:
+        self.driver.dtoh(host, handle)
 
     def synchronize(self) -> None:
         self.driver.synchronize()
 
     # ---- programs
-    def render(self, kernel: Kernel, config: Config) -> Source:
-        text, global_size, local_size = render_gpu(kernel, config, self.dialect, kernel.name)
-        return Source(text, kernel.name, kernel.key, len(kernel.buffers), global_size,
-                      local_size)
-
     def compile(self, source: Source) -> bytes:
         """A cubin for this device's architecture (needs NVRTC only, no GPU)."""
         return ARTIFACT_KINDS[0] + compile_cubin(source.text, self.arch, self.nvrtc_options)

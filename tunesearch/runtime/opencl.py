@@ -19,12 +19,10 @@ from typing import Any
 import numpy as np
 
 from tunesearch.graph.dtypes import DType
-from tunesearch.graph.kernel import Kernel
-from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
+from tunesearch.runtime.device import (Buffer, CompileError, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
-from tunesearch.space.config import Config
+from tunesearch.runtime.gpu import GPUDevice
 from tunesearch.space.dialect_gpu import OpenCLDialect
-from tunesearch.space.lower_gpu import render_gpu
 from tunesearch.space.target import Target
 
 INSTALL_HINT = 'pip install "tunesearch[opencl]" (pyopencl, and PoCL to run on the CPU)'
@@ -65,7 +63,7 @@ def _pick_device(cl) -> Any:
     return min(devices, key=lambda d: min((v for t, v in rank.items() if d.type & t), default=2))
 
 
-class OpenCLDevice(Device):
+class OpenCLDevice(GPUDevice):
     name = "opencl"
     # options for clBuildProgram; conformance tests add -cl-opt-disable to build faster
     build_options: tuple[str, ...] = ()
@@ -102,26 +100,16 @@ class OpenCLDevice(Device):
         return Buffer(self.name, size, dtype,
                       self.cl.Buffer(self.context, flags, max(size * dtype.itemsize, 1)))
 
-    def copyin(self, buffer: Buffer, array: np.ndarray) -> None:
-        host = np.ascontiguousarray(array, buffer.dtype.np).reshape(-1)
-        if host.size:
-            self.cl.enqueue_copy(self.queue, buffer.handle, host, is_blocking=True)
+    def _to_device(self, handle, host: np.ndarray) -> None:
+        self.cl.enqueue_copy(self.queue, handle, host, is_blocking=True)
 
-    def copyout(self, buffer: Buffer) -> np.ndarray:
-        host = np.empty(buffer.size, buffer.dtype.np)
-        if host.size:
-            self.cl.enqueue_copy(self.queue, host, buffer.handle, is_blocking=True)
-        return host
+    def _to_host(self, host: np.ndarray, handle) -> None:
+        self.cl.enqueue_copy(self.queue, host, handle, is_blocking=True)
 
     def synchronize(self) -> None:
         self.queue.finish()
 
     # ---- programs
-    def render(self, kernel: Kernel, config: Config) -> Source:
-        text, global_size, local_size = render_gpu(kernel, config, self.dialect, kernel.name)
-        return Source(text, kernel.name, kernel.key, len(kernel.buffers), global_size,
-                      local_size)
-
     def _build(self, program, what: str):
         cl = self.cl
         try:
