@@ -9,6 +9,7 @@ such blocks and the median round is reported, so one disturbed block does not ma
 
     python scripts/bench_kernels.py                 # every case, 1 and all threads
     python scripts/bench_kernels.py --cases matmul_1024 --threads 1
+    python scripts/bench_kernels.py --isa avx2      # code and OpenBLAS for x86-64-v3
 """
 from __future__ import annotations
 
@@ -20,10 +21,15 @@ import statistics
 import sys
 import time
 
-import numpy as np
-from threadpoolctl import threadpool_limits
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+import isa_level  # noqa: E402
+
+isa_level.apply()  # before numpy loads OpenBLAS
+
+import numpy as np  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
 from tunesearch import Tensor  # noqa: E402
 from tunesearch.graph.schedule import create_schedule  # noqa: E402
 from tunesearch.runtime.device import get_device  # noqa: E402
@@ -78,24 +84,34 @@ def median_time(fn, min_time=0.3, min_reps=5, max_reps=200) -> float:
 
 
 def sweep_configs(space, threads: int):
-    """A slice of the space around the shapes that matter: register blocks, packing of none,
-    the default's or all operands, a k tile or none, split and the parallel loop order."""
+    """A slice of the space around the shapes that matter: register blocks that fit the
+    target's register file (by its model), packing of none, the default's or all operands, no
+    k tile or the model's, both block loop orders; split and blocks for reductions; the
+    default's neighbours."""
+    from tunesearch.space import cpu_model
+    from tunesearch.space.cpu_space import _gemm_axes
     k = space.kernel
     base = space.default()
-    out = {base}
+    target = space.target
+    out = {base, *space.neighbours(base)}
     n_out = k.n_out
     real = [a for a in range(n_out) if k.domain[a] > 1]
-    if k.n_reduce and len(real) >= 2:
-        row, col = real[-2], real[-1]
+    gemm = _gemm_axes(k) if k.n_reduce else None
+    if gemm is not None:
+        row, col, _ = gemm
+        lanes = target.lanes()
+        blocks = [(r, v * lanes) for r in (2, 3, 4, 5, 6, 8, 12) for v in range(1, 7)
+                  if cpu_model.registers_needed(r, v, False) <= target.vector_registers]
         packs = {(), base.get("pack"), packable(k)}
+        ktiles = {0, space._model_ktile(base)}
         for (ur, uc), order_first, pack, ktile in itertools.product(
-                ((4, 32), (6, 32), (8, 32), (8, 16)), (row, col), packs, (0, 256)):
-            upcast = [1] * n_out
+                blocks, (row, col), packs, ktiles):
+            upcast = list(base.get("upcast"))
             upcast[row], upcast[col] = min(ur, k.domain[row]), min(uc, k.domain[col])
-            order = tuple([a for a in range(n_out) if a not in (row, col)] +
-                          [order_first, col if order_first == row else row])
+            order = tuple([order_first, col if order_first == row else row] +
+                          [a for a in base.get("order") if a not in (row, col)])
             out.add(base.replace(upcast=tuple(upcast), unroll=4, order=order, pack=pack,
-                                 ktile=ktile))
+                                 ktile=ktile if ktile < k.domain[n_out] else 0))
     elif k.n_reduce:
         for split, ur, unroll in itertools.product((4, 8, 16, 32), (1, 2, 4, 8), (1, 2, 4)):
             upcast = [1] * n_out
@@ -109,7 +125,8 @@ def sweep_configs(space, threads: int):
             out.add(base.replace(upcast=tuple(upcast)))
     configs = []
     for config in out:
-        config = config.replace(parallel=1 if threads > 1 else 0, threads=threads)
+        parallel = (config.get("parallel") or 1) if threads > 1 else 0
+        config = config.replace(parallel=parallel, threads=threads if parallel else 1)
         if space.validate(config) is None:
             configs.append(config)
     return configs
@@ -138,11 +155,7 @@ def bench_case(name: str, threads: int, sweep: bool) -> dict:
         return median_time(lambda: program.run(buffers), min_time=0.2, min_reps=3)
 
     naive = space.naive()
-    default = space.default()
-    if threads == 1:
-        default = default.replace(parallel=0, threads=1)
-    else:
-        default = default.replace(parallel=1, threads=threads) if kernel.n_out else default
+    default = space.default()  # the space is for this thread count
     naive_s = measure(naive) if work < 4e9 or kernel.n_reduce == 0 else float("nan")
     best_s, best = measure(default), default
     if sweep:
@@ -172,7 +185,9 @@ def main() -> None:
     parser.add_argument("--cases", nargs="*", default=list(CASES))
     parser.add_argument("--threads", nargs="*", type=int, default=[1, os.cpu_count() or 1])
     parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument("--isa", default="native", help="native, avx512, avx2 or sse4")
     args = parser.parse_args()
+    print(isa_level.describe() + "\n")
     print(f"Each side is timed in a block of runs of its own (never interleaved call by call: "
           f"OpenMP and OpenBLAS threads keep spinning after a call), median of the block; numpy, "
           f"the default and the best are timed in {ROUNDS} rounds of blocks, median round shown.\n")

@@ -74,19 +74,19 @@ def k_tiled_configs(kernel: Kernel, count: int, seed: int) -> list[Config]:
 
 
 def build_cpu_library(kernel: Kernel, configs: list[Config], folder: Path,
-                      opt: str = "-O0") -> ctypes.CDLL:
+                      opt: str = "-O0", level: str | None = None) -> ctypes.CDLL:
     """One shared object with a function v{i} per config, so each kernel compiles once. The
     many configs compile at -O0 (what is checked is the loop nest the lowering writes); a few
     compile at -O3 with vectorization, as the device does."""
-    from tunesearch.runtime.cpu import FLAGS, compiler
+    from tunesearch.runtime.cpu import compiler
     from tunesearch.space.lower_cpu import HEADER, render_cpu
     parts = [HEADER]
     for i, config in enumerate(configs):
         parts.append(render_cpu(kernel, config, f"v{i}").replace(HEADER, ""))
-    src = folder / f"{kernel.key}{opt}.c"
-    lib = folder / f"{kernel.key}{opt}.so"
+    src = folder / f"{kernel.key}{opt}{level or ''}.c"
+    lib = folder / f"{kernel.key}{opt}{level or ''}.so"
     src.write_text("\n".join(parts))
-    flags = [opt if f == "-O3" else f for f in FLAGS]
+    flags = [opt if f == "-O3" else f for f in level_flags(level)]
     proc = subprocess.run([compiler()[0], *flags, str(src), "-o", str(lib), "-lm"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -100,3 +100,23 @@ def call_config(lib: ctypes.CDLL, i: int, kernel: Kernel, out: np.ndarray,
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p] * len(kernel.buffers)
     fn(out.ctypes.data, *[a.ctypes.data for a in inputs])
+
+
+def level_flags(level: str | None = None) -> list[str]:
+    """The CPU device's compile flags for an ISA level (None: the device's own level)."""
+    from tunesearch.runtime import cpu_target
+    from tunesearch.runtime.cpu import FLAGS
+    from tunesearch.runtime.device import get_device
+    if level is None:
+        return list(get_device("cpu").flags)
+    return FLAGS + cpu_target.compile_flags(*cpu_target.resolve_level(level))
+
+
+def level_target(level: str | None = None):
+    """The CPU target model for an ISA level (None: the device's own level)."""
+    from tunesearch.runtime import cpu_target
+    from tunesearch.runtime.device import get_device
+    device = get_device("cpu")
+    if level is None:
+        return device.info().target
+    return cpu_target.target_for(cpu_target.resolve_level(level)[1], device.threads)

@@ -47,6 +47,7 @@ class Plan:
                        if isinstance(value, Tensor) else None)
                       for dtype, value in zip(out_dtypes, outs)]
         self.steps: list[Step] = []
+        self._launch = None
         self._keep = {id(r) for r in roots}
 
     def _prepare(self) -> None:
@@ -74,12 +75,14 @@ class Plan:
                 if id(node) in made and last_use[id(node)] == i and id(node) not in self._keep:
                     free.setdefault((node.numel, node.dtype.name), []).append(node.realized)
         self.steps = steps
+        self._launch = None  # bound on the first launch
         if settings.debug() >= 1:
             print(f"onnx plan: {len(steps)} kernels", file=sys.stderr)
 
     def launch(self) -> None:
-        for step in self.steps:
-            step.program.run(step.buffers)
+        if self._launch is None:
+            self._launch = self.device.sequence([(s.program, s.buffers) for s in self.steps])
+        self._launch()
         self.device.synchronize()
 
     def run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:

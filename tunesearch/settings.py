@@ -63,6 +63,28 @@ def cpu_threads() -> int:
     return _int("TUNESEARCH_THREADS", os.cpu_count() or 1)
 
 
+def cpu_isa() -> str:
+    """TUNESEARCH_CPU_ISA: the ISA level CPU kernels are generated for: native (default),
+    avx512, avx2 or sse4 (x86-64-v4/v3/v2), so a smaller machine's code can be built and
+    measured here."""
+    return os.environ.get("TUNESEARCH_CPU_ISA", "").strip().lower() or "native"
+
+
+def omp_spin() -> int | None:
+    """TUNESEARCH_OMP_SPIN: how long an idle OpenMP thread spins before it sleeps, in spins of
+    libgomp's GOMP_SPINCOUNT (default 1000, some tens of microseconds: long enough to catch the
+    next kernel of a model, short enough not to steal a busy machine's core). "openmp" leaves
+    OpenMP's own settings (and OMP_WAIT_POLICY, GOMP_SPINCOUNT, KMP_BLOCKTIME when the user
+    set them) alone; 0 is passive waiting."""
+    value = os.environ.get("TUNESEARCH_OMP_SPIN", "").strip().lower()
+    if value == "openmp":
+        return None
+    spins = _int("TUNESEARCH_OMP_SPIN", 1000)
+    if spins < 0:
+        raise ValueError(f"TUNESEARCH_OMP_SPIN={value!r} must be 0 or more, or 'openmp'")
+    return spins
+
+
 def cuda_driver() -> str:
     """TUNESEARCH_CUDA_DRIVER: "cuda-python" or "pycuda" (empty: the first that works)."""
     return os.environ.get("TUNESEARCH_CUDA_DRIVER", "").strip().lower()

@@ -1,6 +1,7 @@
 """Every catalogue kernel, under many random valid CPU configs, matches the numpy interpreter."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -9,8 +10,9 @@ import numpy as np
 import pytest
 
 from tests.catalogue import catalogue, random_inputs
-from tests.conformance import (build_cpu_library, call_config, k_tiled_configs, output_error,
-                               sample_configs, tolerance)
+from tests.conformance import (build_cpu_library, call_config, k_tiled_configs, level_target,
+                               output_error, sample_configs, tolerance)
+from tunesearch.runtime.cpu_target import supported_levels
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.interpret import run_kernel
 from tunesearch.space.space import space_for
@@ -19,14 +21,19 @@ CONFIGS_PER_KERNEL = 50
 KERNELS = catalogue()
 
 
-def _build_all(tmp, count, opt):
-    target = get_device("cpu").info().target
+# every ISA level this machine runs: the code and the model of a smaller machine are checked here
+LEVELS = supported_levels()
+
+
+def _build_all(tmp, count, opt, level=None):
+    target = level_target(level)
     jobs = []
     for name, kernel in KERNELS:
         configs = sample_configs(space_for(kernel, target), count, seed=len(name))
         jobs.append((name, kernel, configs))
     with ThreadPoolExecutor(max_workers=2) as pool:
-        libs = list(pool.map(lambda job: build_cpu_library(job[1], job[2], tmp, opt), jobs))
+        libs = list(pool.map(lambda job: build_cpu_library(job[1], job[2], tmp, opt, level),
+                             jobs))
     return {name: (kernel, configs, lib) for (name, kernel, configs), lib in zip(jobs, libs)}
 
 
@@ -35,9 +42,9 @@ def built(tmp_path_factory):
     return _build_all(tmp_path_factory.mktemp("conformance"), CONFIGS_PER_KERNEL, "-O0")
 
 
-@pytest.fixture(scope="module")
-def built_o3(tmp_path_factory):
-    return _build_all(tmp_path_factory.mktemp("conformance_o3"), 4, "-O3")
+@pytest.fixture(scope="module", params=LEVELS)
+def built_o3(tmp_path_factory, request):
+    return _build_all(tmp_path_factory.mktemp("conformance_o3"), 4, "-O3", request.param)
 
 
 def test_catalogue_is_large_enough():
@@ -79,11 +86,15 @@ def test_k_tiled_configs_match_reference(tmp_path, name, kernel):
     _check(name, kernel, configs, build_cpu_library(kernel, configs, tmp_path))
 
 
-def test_reads_and_writes_stay_inside_the_buffers():
+@pytest.mark.parametrize("level", LEVELS)
+def test_reads_and_writes_stay_inside_the_buffers(level):
     """Every buffer placed against an inaccessible page, after its end and then before its
     start: a config that reads or writes past either edge (a tail block computing whole
-    register blocks from an operand that is not in a padded panel, say) crashes the child."""
-    proc = subprocess.run([sys.executable, "-m", "tests.guard_pages"], capture_output=True,
-                          text=True, timeout=600)
+    register blocks from an operand that is not in a padded panel, say) crashes the child.
+    Under every ISA level the machine runs, since the vectorizer widens reads per level."""
+    env = {**os.environ, "TUNESEARCH_CPU_ISA": level}
+    o3_only = [] if level == "native" else ["--o3-only"]  # -O0 code is alike on every level
+    proc = subprocess.run([sys.executable, "-m", "tests.guard_pages", *o3_only],
+                          capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
     assert "configs checked" in proc.stdout

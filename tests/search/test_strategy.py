@@ -242,3 +242,20 @@ def test_a_default_taken_by_another_process_is_not_told_to_a_sampled_trial(mm_sp
                                    storage=storage).get_trials(states=[TrialState.COMPLETE]):
         told = Config.from_json(trial.user_attrs["result"]["config"])
         assert space.config_from(codec.decode(trial.params)) == told
+
+
+def test_the_default_neighbourhood_and_given_starts_come_first(mm_space):
+    """After the default the search measures its neighbours (one knob one step away), then the
+    caller's starting points, then what the sampler proposes."""
+    kernel, space = mm_space
+    sim = SimulatedMeasurer(matmul_time)
+    near = space.neighbours(space.default())
+    start = space.naive()
+    assert near and start not in near
+    result = search_kernel(kernel, space, sim, Budget(trials=len(near) + 6), "random",
+                           seed=1, starts=[start])
+    measured = [t.result.config for t in result.trials if t.measured]
+    # config_from may bring an enqueued point within the caps: compare what was measured
+    expected = list(dict.fromkeys(space.config_from(space.params_of(c))
+                                  for c in [space.default(), *near, start]))
+    assert measured[:len(expected)] == expected

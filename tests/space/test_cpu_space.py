@@ -10,7 +10,7 @@ from tunesearch.space.config import Config, ConfigError
 from tunesearch.space.space import space_for
 from tunesearch.space.target import Target
 
-TARGET = Target("cpu", threads=2, vector_bytes=64)
+TARGET = Target("cpu", threads=2, vector_bytes=64, vector_registers=32, isa="avx512")
 KERNELS = catalogue()
 
 
@@ -90,7 +90,9 @@ def test_points_within_the_caps_are_taken_as_they_are():
     assert space.config_from({**values, "upcast.0": 4, "upcast.1": 16, "unroll": 8}).get(
         "upcast") == (4, 16)
     big = space.config_from({**values, "upcast.0": 64, "upcast.1": 32, "split": 4, "unroll": 8})
-    assert big.get("upcast") == (8, 32) and big.get("split") == 1 and big.get("unroll") == 4
+    # 512 accumulators (the AVX-512 register file in floats): 12 rows x 2 vectors of 16 lanes,
+    # which also fits the 32 registers with the 2 column vectors and a broadcast
+    assert big.get("upcast") == (12, 32) and big.get("split") == 1 and big.get("unroll") == 4
 
 
 def test_a_stored_config_without_ktile_means_no_tile():

@@ -8,26 +8,31 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from tunesearch import settings
 from tunesearch.graph.dtypes import DType
 from tunesearch.graph.kernel import Kernel
+from tunesearch.runtime import cpu_target
 from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
 from tunesearch.space.config import Config
 from tunesearch.space.lower_cpu import render_cpu
 from tunesearch.space.target import Target
 
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-w"]
+# the ISA flags (-march...) come from the target model: see cpu_target.compile_flags
+FLAGS = ["-O3", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-w"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -42,49 +47,58 @@ def compiler() -> tuple[str, str]:
     return path, out.splitlines()[0] if out else cc
 
 
-@functools.lru_cache(maxsize=None)
-def _cpuinfo() -> dict[str, str]:
-    info = {"model": platform.processor() or platform.machine(), "vendor": "", "flags": ""}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key, value = key.strip(), value.strip()
-            if key == "model name" and info["model"] in ("", platform.machine()):
-                info["model"] = value
-            elif key == "vendor_id" and not info["vendor"]:
-                info["vendor"] = value
-            elif key == "flags" and not info["flags"]:
-                info["flags"] = value
-    except OSError:
-        pass
-    return info
-
-
-def _isa(flags: str) -> str:
-    wanted = ["avx512f", "avx512bw", "avx512vl", "avx2", "fma", "avx", "sse4_2", "neon", "asimd"]
-    have = set(flags.split())
-    return " ".join(f for f in wanted if f in have) or platform.machine()
-
-
 class CPUDevice(Device):
     name = "cpu"
 
     def __init__(self):
         compiler()  # fail early, with the install hint
+        _configure_openmp()
         self.threads = settings.cpu_threads()
+        try:
+            self.isa_name, self.isa = cpu_target.resolve_level(settings.cpu_isa())
+        except cpu_target.IsaError as exc:
+            raise DeviceUnavailable(str(exc)) from None
+        self.flags = FLAGS + cpu_target.compile_flags(self.isa_name, self.isa)
         self._dir = settings.cache_dir() / "cpu"
         self._dir.mkdir(parents=True, exist_ok=True)
 
     @functools.cache
     def info(self) -> DeviceInfo:
-        cpu = _cpuinfo()
-        isa = _isa(cpu["flags"])
-        vector = 64 if "avx512f" in isa else 32 if "avx" in isa else 16
+        cpu = cpu_target.cpuinfo()
+        target = self.target()
+        model = {"isa": self.isa_name if self.isa_name != "native"
+                 else f"native ({target.isa})",
+                 "vector_bytes": target.vector_bytes, "vector_registers": target.vector_registers,
+                 "fma_units": target.fma_units, "l1d": target.l1d.size, "l2": target.l2.size,
+                 "l3": target.l3.size, "cores": target.cores}
         fingerprint = (("backend", "cpu"), ("name", cpu["model"]), ("vendor", cpu["vendor"]),
-                       ("compiler", compiler()[1]), ("flags", " ".join(FLAGS)), ("isa", isa),
-                       ("threads", self.threads), ("machine", platform.machine()))
-        target = Target("cpu", threads=self.threads, vector_bytes=vector)
+                       ("compiler", compiler()[1]), ("flags", " ".join(self.flags)),
+                       ("threads", self.threads), ("machine", platform.machine()),
+                       *sorted(model.items()))
         return DeviceInfo("cpu", cpu["model"], fingerprint, target)
+
+    def target(self) -> Target:
+        """The model of this CPU at the chosen ISA level (see runtime/cpu_target.py)."""
+        return cpu_target.target_for(self.isa, self.threads, self._fork_join_seconds())
+
+    @functools.cache
+    def _fork_join_seconds(self) -> float:
+        """What a parallel loop costs to start and end here and now: the best of a few
+        measurements, rounded up to a power of two microseconds, so a quiet machine gives the
+        same figure every time. On a loaded machine threads wake late and the figure grows, so
+        fewer kernels are worth sharing out: that is the point of measuring it."""
+        if self.threads <= 1:
+            return 0.0
+        try:
+            lib = ctypes.CDLL(self.compile(Source(cpu_target.FORK_JOIN_SOURCE, "fork_join",
+                                                  "fork_join")).decode())
+        except (OSError, CompileError):
+            return Target("cpu").fork_join_s
+        lib.fork_join.restype = ctypes.c_double
+        lib.fork_join.argtypes = [ctypes.c_int, ctypes.c_int]
+        lib.fork_join(self.threads, 20)  # the threads start
+        best = min(lib.fork_join(self.threads, 40) for _ in range(5))
+        return 2.0 ** math.ceil(math.log2(max(best, 1e-6) * 1e6)) * 1e-6
 
     def alloc(self, size: int, dtype: DType) -> Buffer:
         array = np.empty(max(size, 1), dtype.np)
@@ -102,13 +116,13 @@ class CPUDevice(Device):
 
     def compile(self, source: Source) -> bytes:
         cc, version = compiler()
-        digest = hashlib.sha256("\n".join([source.text, version, *FLAGS]).encode()).hexdigest()
+        digest = hashlib.sha256("\n".join([source.text, version, *self.flags]).encode()).hexdigest()
         path = self._dir / f"{digest[:32]}.so"
         if not path.exists():
             with tempfile.TemporaryDirectory(dir=self._dir) as tmp:
                 src, obj = Path(tmp) / "k.c", Path(tmp) / "k.so"
                 src.write_text(source.text)
-                proc = subprocess.run([cc, *FLAGS, str(src), "-o", str(obj), "-lm"],
+                proc = subprocess.run([cc, *self.flags, str(src), "-o", str(obj), "-lm"],
                                       capture_output=True, text=True)
                 if proc.returncode != 0:
                     raise CompileError(f"{cc} failed on {source.entry}:\n{proc.stderr[-4000:]}")
@@ -130,7 +144,81 @@ class CPUDevice(Device):
             fn(*args)
             return time.perf_counter() - start
 
-        return Program(run, timed, source)
+        return Program(run, timed, source, entry=ctypes.cast(fn, ctypes.c_void_p).value)
+
+    def sequence(self, steps: list[tuple[Program, list[Buffer]]]) -> Callable[[], None]:
+        """One C call runs every kernel of the sequence: the entries and the buffer addresses
+        are packed once into arrays a small C loop walks (a ctypes call per kernel costs a few
+        microseconds, as much as a small kernel)."""
+        if not steps or any(p.entry is None or len(b) > MAX_CHAINED_ARGS for p, b in steps):
+            return super().sequence(steps)
+        chain = _chain_library(self)
+        entries = (ctypes.c_void_p * len(steps))(*[p.entry for p, _ in steps])
+        counts = (ctypes.c_int * len(steps))(*[len(b) for _, b in steps])
+        addresses = [_address(b) for _, buffers in steps for b in buffers]
+        args = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
+        run, n = chain.run_chain, len(steps)
+
+        def launch() -> None:
+            run(n, entries, counts, args)
+        launch.keep = (entries, counts, args)  # the arrays live as long as the function
+        return launch
+
+
+def _configure_openmp() -> None:
+    """Bound how long idle OpenMP threads spin, before the OpenMP runtime starts (it reads its
+    environment once, when the first kernel library loads it). OpenMP's default spin of about
+    300,000 rounds makes a waiting thread hold its core for milliseconds: on a machine with
+    other work, a kernel then waits for a descheduled thread, 10-100x its time. Settings the
+    user made are kept."""
+    spins = settings.omp_spin()
+    if spins is None or "OMP_WAIT_POLICY" in os.environ:
+        return
+    os.environ.setdefault("GOMP_SPINCOUNT", str(spins))            # GCC's libgomp
+    os.environ.setdefault("KMP_BLOCKTIME", "0" if spins == 0 else "1")  # LLVM's libomp, in ms
+    if settings.debug() >= 1 and _openmp_loaded():
+        print("tunesearch: the OpenMP runtime was loaded before the CPU device: its spin "
+              "setting stays as it was", file=sys.stderr)
+
+
+def _openmp_loaded() -> bool:
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+    return "libgomp" in maps or "libomp" in maps
+
+
+MAX_CHAINED_ARGS = 16
+_CHAIN_SOURCE = """
+typedef void (*k1)(void*);
+#define P(i) a[i]
+void run_chain(int n, void** entries, const int* counts, void** args) {
+  void** a = args;
+  for (int i = 0; i < n; i++) {
+    void* f = entries[i];
+    switch (counts[i]) {
+""" + "".join(
+    f"      case {n}: ((void (*)({', '.join(['void*'] * n)}))f)"
+    f"({', '.join(f'P({i})' for i in range(n))}); break;\n"
+    for n in range(1, MAX_CHAINED_ARGS + 1)) + """    }
+    a += counts[i];
+  }
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _chain_library_at(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.run_chain.restype = None
+    lib.run_chain.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    return lib
+
+
+def _chain_library(device: "CPUDevice") -> ctypes.CDLL:
+    source = Source(_CHAIN_SOURCE, "run_chain", "chain")
+    return _chain_library_at(device.compile(source).decode())
 
 
 def _address(buffer: Buffer) -> int:

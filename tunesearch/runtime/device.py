@@ -74,10 +74,13 @@ class Source:
 
 
 class Program:
-    """A loaded kernel: call with buffers; `timed` returns seconds measured by the device."""
+    """A loaded kernel: call with buffers; `timed` returns seconds measured by the device.
+    `entry` is the address of a host function `void f(void** buffers)`-compatible entry
+    (a CPU kernel's C function), where there is one: a device can then chain launches."""
 
-    def __init__(self, run: Callable[..., Any], timed: Callable[..., float], source: Source):
-        self.run, self.timed, self.source = run, timed, source
+    def __init__(self, run: Callable[..., Any], timed: Callable[..., float], source: Source,
+                 entry: int | None = None):
+        self.run, self.timed, self.source, self.entry = run, timed, source, entry
 
     def __call__(self, buffers: list[Buffer]) -> None:
         self.run(buffers)
@@ -110,6 +113,17 @@ class Device(ABC):
 
     def synchronize(self) -> None:
         pass
+
+    def sequence(self, steps: list[tuple[Program, list[Buffer]]]) -> Callable[[], None]:
+        """A function that launches the programs in order on their buffers, with everything
+        about the launches bound once: a model's plan calls it per run. Devices with a cheaper
+        way to chain launches override this."""
+        bound = [(program.run, buffers) for program, buffers in steps]
+
+        def launch() -> None:
+            for run, buffers in bound:
+                run(buffers)
+        return launch
 
     def from_numpy(self, array: np.ndarray, dtype: DType) -> Buffer:
         buf = self.alloc(array.size, dtype)

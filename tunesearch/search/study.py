@@ -16,7 +16,7 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import optuna
 from optuna.trial import TrialState
@@ -77,6 +77,14 @@ class _Codec:
                 value = params[self.name(p)]
                 out[p.name] = p.choices[value] if self._as_index(p) else value
         return out
+
+    def encode_if_sampled(self, values: dict[str, Any]) -> dict[str, Any] | None:
+        """encode(values), or None where a value is not among its parameter's choices (a
+        config the sampler could not have produced)."""
+        by_name = {p.name: p for p in self.params}
+        if any(name in by_name and v not in by_name[name].choices for name, v in values.items()):
+            return None
+        return self.encode(values)
 
     def encode(self, values: dict[str, Any]) -> dict[str, Any]:
         by_name = {p.name: p for p in self.params}
@@ -187,11 +195,13 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
                   sampler: str = DEFAULT_SAMPLER, seed: int = 0, *, storage: str | None = None,
                   device_key: str = "unknown", default_result: MeasureResult | None = None,
                   on_trial: Callable[[Trial, MeasureResult | None, int], None] | None = None,
-                  finalists: int = FINALISTS, clock: Callable[[], float] = time.monotonic
-                  ) -> SearchResult:
+                  finalists: int = FINALISTS, clock: Callable[[], float] = time.monotonic,
+                  starts: Sequence[Config] = ()) -> SearchResult:
     """Search the space of kernel for its fastest config (see the module docstring).
 
     default_result, when the caller has measured the default already, answers trial 0.
+    starts are configs to try right after the default and its neighbours (tuned winners of
+    kernels of the same structure, say); invalid ones are skipped.
     on_trial(trial, best so far, configs measured) is called after every trial. Ctrl-C ends
     the search early with stopped_by="interrupted" and the best so far.
     """
@@ -214,6 +224,12 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
             state.known(known)
     if default not in state.history:
         study.enqueue_trial(codec.encode(space.params_of(default)), skip_if_exists=True)
+        # then the default's neighbourhood and the caller's starting points (winners of
+        # kernels like this one), before the sampler looks wider
+        for start in [*space.neighbours(default), *starts]:
+            params = codec.encode_if_sampled(space.params_of(start))
+            if start not in state.history and params and space.validate(start) is None:
+                study.enqueue_trial(params, skip_if_exists=True)
         if default_result is not None:  # measured by the caller: it answers trial 0 at once
             trial = study.ask()
             if space.config_from(codec.suggest(trial)) == default:

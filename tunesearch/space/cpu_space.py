@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from tunesearch.graph.kernel import Kernel
+from tunesearch.space import cpu_model
 from tunesearch.space.config import Config, ConfigError
 from tunesearch.space.space import (Param, Space, check_knob_set, decode,
                                     divisors_and_blocks, encode, permutations, prod,
@@ -16,10 +17,10 @@ from tunesearch.space.space import (Param, Space, check_knob_set, decode,
 KNOBS = ("ktile", "order", "pack", "parallel", "split", "threads", "unroll", "upcast")
 OPTIONAL = {"ktile": 0}       # knobs newer than stored configs, with the value they meant
 KTILES = (64, 128, 256, 512, 1024)
-UPCASTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-LAST_UPCASTS = (1, 2, 4, 8, 16, 32, 64)
-MAX_ACCUMULATORS = 256        # floats of accumulators per block: about the register file
-MAX_UNROLLED = 1024           # statements in the unrolled reduce body: bounds compile time
+UPCASTS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
+LAST_UPCASTS = (1, 2, 4, 8, 16, 32, 64)     # and whole multiples of the vector: last_upcasts()
+MAX_ACCUMULATORS = 256        # floats of accumulators per block, or the whole register file
+UNROLLED_PER_ACCUMULATOR = 4  # statements in the unrolled reduce body: bounds compile time
 MAX_UPCAST_AXES = 2           # each blocked axis with a tail doubles the specialized copies
 MAX_SPLIT_BLOCK = 16          # with partial sums, each output lane is a vector of its own
 MAX_ELEMENTWISE_BLOCK = 256
@@ -60,8 +61,7 @@ class CPUSpace(Space):
         # computed once per space: config_from reads the choices for every sampled point
         k = self.kernel
         # the last axis is the vectorized lane loop: whole vectors keep it free of epilogues
-        params = [Param(f"upcast.{a}", divisors_and_blocks(
-            k.domain[a], UPCASTS if a < k.n_out - 1 else LAST_UPCASTS)) for a in range(k.n_out)]
+        params = [Param(f"upcast.{a}", self._upcast_choices(a)) for a in range(k.n_out)]
         orders = self._orders()
         if len(orders) > 1:
             params.append(Param("order", tuple(encode(p) for p in orders)))
@@ -80,6 +80,27 @@ class CPUSpace(Space):
                             | {self.target.threads})
             params.append(Param("threads", tuple(counts), when=("parallel", (1, 2))))
         return tuple(params)
+
+    def _upcast_choices(self, axis: int) -> tuple[int, ...]:
+        k = self.kernel
+        return divisors_and_blocks(k.domain[axis], UPCASTS if axis < k.n_out - 1
+                                   else self._last_upcasts())
+
+    @cached_property
+    def _max_accumulators(self) -> int:
+        """Accumulators a block may hold: the whole register file in floats where that is
+        more than 256 (AVX-512), else 256 (blocks past the file spill, but stay valid)."""
+        t = self.target
+        return max(MAX_ACCUMULATORS, t.vector_registers * t.lanes())
+
+    @cached_property
+    def _max_unrolled(self) -> int:
+        return UNROLLED_PER_ACCUMULATOR * self._max_accumulators
+
+    def _last_upcasts(self) -> tuple[int, ...]:
+        """Blocks of the vector lane axis: powers of two, and one to six whole vectors."""
+        lanes = self.target.lanes(self.kernel.buffers[0].dtype.itemsize)
+        return tuple(sorted(set(LAST_UPCASTS) | {lanes * m for m in range(1, 7)}))
 
     def _orders(self) -> list[tuple[int, ...]]:
         """Block loop orders: axes of size 1 stay inside, the others are permuted (a bounded
@@ -127,6 +148,7 @@ class CPUSpace(Space):
         split, unroll = values.get("split", 1), values.get("unroll", 1)
         if all(isinstance(v, int) and v >= 1 for v in upcast + [split, unroll]):
             upcast, split, unroll = self._within_caps(upcast, split, unroll, choices)
+            upcast = self._within_registers(upcast, choices)
         return Config.make(
             upcast=tuple(upcast),
             order=decode(values["order"]) if "order" in values else tuple(range(k.n_out)),
@@ -142,7 +164,7 @@ class CPUSpace(Space):
                          key=lambda a: (upcast[a], a), reverse=True)
         for a in blocked[MAX_UPCAST_AXES:]:
             upcast[a] = 1
-        cap = MAX_ACCUMULATORS if k.n_reduce else MAX_ELEMENTWISE_BLOCK
+        cap = self._max_accumulators if k.n_reduce else MAX_ELEMENTWISE_BLOCK
         while prod(upcast) > cap:
             # shrink the largest block of an axis other than the vector lanes, else the lanes
             axes = [a for a in range(k.n_out - 1) if upcast[a] > 1] or [k.n_out - 1]
@@ -152,11 +174,115 @@ class CPUSpace(Space):
         if k.n_reduce:
             if split > 1 and prod(upcast) > MAX_SPLIT_BLOCK:
                 split = 1
-            while split > 1 and prod(upcast) * split > MAX_ACCUMULATORS:
+            while split > 1 and prod(upcast) * split > self._max_accumulators:
                 split = max(c for c in choices.get("split", (1,)) if c < split)
-            while unroll > 1 and prod(upcast) * split * unroll > MAX_UNROLLED:
+            while unroll > 1 and prod(upcast) * split * unroll > self._max_unrolled:
                 unroll = max(c for c in choices.get("unroll", (1,)) if c < unroll)
         return upcast, split, unroll
+
+    def _within_registers(self, upcast: list[int], choices: dict[str, tuple]) -> list[int]:
+        """A matmul's register block shrunk until the model says it fits the register file
+        (rows first, then column vectors): a spilling block costs a trial and runs at half
+        speed. Validation still accepts spilling blocks, so stored configs stay usable."""
+        gemm = _gemm_axes(self.kernel)
+        if gemm is None:
+            return upcast
+        row, col, _ = gemm
+        lanes = self.target.lanes(self.kernel.buffers[0].dtype.itemsize)
+        upcast = list(upcast)
+
+        def spills() -> bool:
+            vectors = -(-upcast[col] // lanes)
+            return cpu_model.registers_needed(upcast[row], vectors, False) > \
+                self.target.vector_registers
+        while spills():
+            a = row if upcast[row] > 1 and (upcast[row] >= -(-upcast[col] // lanes)
+                                            or upcast[col] <= lanes) else col
+            smaller = [c for c in choices.get(f"upcast.{a}", (1,)) if c < upcast[a]]
+            if not smaller:
+                break
+            upcast[a] = max(smaller)
+        return upcast
+
+    def adapt(self, config: Config) -> Config | None:
+        """A config of a kernel of the same structure and another shape, made to fit this
+        one: each register block brought to the largest choice of its axis not above it,
+        operands this kernel cannot pack left unpacked, a k tile this reduce is too short for
+        dropped, the threads of this target."""
+        k = self.kernel
+        try:
+            knobs = dict(config.knobs)
+            upcast = tuple(max((c for c in self._upcast_choices(a) if c <= u), default=1)
+                           for a, u in enumerate(knobs["upcast"]))
+            if len(upcast) != k.n_out:
+                return None
+            pack = tuple(i for i in knobs.get("pack", ()) if i in packable(k))
+            ktile = knobs.get("ktile", 0)
+            ktile = ktile if k.n_reduce and 0 < ktile < k.domain[k.n_out] else 0
+            parallel = knobs.get("parallel", 0) if self.target.threads > 1 else 0
+            adapted = config.replace(upcast=upcast, pack=pack, ktile=ktile, parallel=parallel,
+                                     threads=self.target.threads if parallel else 1)
+        except (KeyError, TypeError, ValueError, ConfigError):
+            return None
+        return adapted if self.validate(adapted) is None else None
+
+    def neighbours(self, config: Config) -> list[Config]:
+        """Configs one step from config along the knobs that matter most on a CPU: one
+        register row or vector column more or less, the k tile halved, doubled or switched,
+        one operand's packing flipped, the loop order turned. The search measures these right
+        after the default, before it samples more widely."""
+        k = self.kernel
+        out: list[Config] = []
+        upcast = list(config.get("upcast"))
+        gemm = _gemm_axes(k)
+        lanes = self.target.lanes(k.buffers[0].dtype.itemsize)
+        if gemm is not None:
+            row, col, _ = gemm
+            for axis, step in ((row, 1), (col, lanes)):
+                for delta in (-step, step):
+                    value = upcast[axis] + delta
+                    if 1 <= value <= k.domain[axis]:
+                        moved = list(upcast)
+                        moved[axis] = value
+                        out.append(config.replace(upcast=tuple(moved)))
+        if k.n_reduce and len(self._ktiles()) > 1:
+            ktile = config.get("ktile", 0)
+            tiles = [t for t in self._ktiles() if t]
+            if ktile:
+                out += [config.replace(ktile=t) for t in (ktile // 2, ktile * 2, 0) if
+                        t in self._ktiles()]
+            else:
+                model = self._model_ktile(config)
+                out.append(config.replace(ktile=model if model in tiles else tiles[-1]))
+        for index in packable(k):
+            pack = tuple(sorted(set(config.get("pack")) ^ {index}))
+            out.append(config.replace(pack=pack))
+        order = config.get("order")
+        real = [a for a in order if k.domain[a] > 1]
+        if len(real) >= 2:
+            swapped = (real[1], real[0]) + tuple(a for a in order if a not in real[:2])
+            out.append(config.replace(order=swapped))
+        seen = {config}
+        result = []
+        for c in out:
+            if c not in seen and self.validate(c) is None:
+                seen.add(c)
+                result.append(c)
+        return result
+
+    def _model_ktile(self, config: Config) -> int:
+        """The k tile the model gives for config's register block."""
+        gemm = _gemm_axes(self.kernel)
+        if gemm is None:
+            return 0
+        row, col, _ = gemm
+        itemsize = self.kernel.buffers[0].dtype.itemsize
+        lanes = self.target.lanes(itemsize)
+        upcast = config.get("upcast")
+        block = cpu_model.RegisterBlock(upcast[row], -(-upcast[col] // lanes), lanes)
+        inner = prod(self.kernel.domain[self.kernel.n_out + 1:])
+        tile = cpu_model.k_tile(self.target, block, itemsize) // inner
+        return max((t for t in KTILES if t <= tile), default=KTILES[0])
 
     def params_of(self, config: Config) -> dict[str, Any]:
         names = {p.name for p in self.parameters()}
@@ -189,14 +315,15 @@ class CPUSpace(Space):
         if k.n_reduce:
             if not 1 <= split <= min(64, k.domain[-1]):
                 raise ConfigError(f"split {split} is not in 1..{min(64, k.domain[-1])}")
-            if prod(upcast) * split > MAX_ACCUMULATORS:
-                raise ConfigError(f"{prod(upcast) * split} accumulators exceed {MAX_ACCUMULATORS}")
+            if prod(upcast) * split > self._max_accumulators:
+                raise ConfigError(f"{prod(upcast) * split} accumulators exceed "
+                                  f"{self._max_accumulators}")
             if split > 1 and prod(upcast) > MAX_SPLIT_BLOCK:
                 raise ConfigError(f"with split {split} the block of {prod(upcast)} outputs "
                                   f"exceeds {MAX_SPLIT_BLOCK} vector accumulators")
-            if prod(upcast) * split * unroll > MAX_UNROLLED:
+            if prod(upcast) * split * unroll > self._max_unrolled:
                 raise ConfigError(f"block {prod(upcast)} x split {split} x unroll {unroll} "
-                                  f"exceeds {MAX_UNROLLED} unrolled statements")
+                                  f"exceeds {self._max_unrolled} unrolled statements")
             ktile = knobs["ktile"]
             if ktile != 0 and not 1 <= ktile < k.domain[k.n_out]:
                 raise ConfigError(f"ktile {ktile} is not 0 (no tile) or in "
@@ -233,66 +360,74 @@ class CPUSpace(Space):
                            ktile=0, pack=(), parallel=0, threads=1)
 
     def default(self) -> Config:
-        """A hand-written choice: register blocks like a BLAS micro-kernel where there is a
-        matmul-like reduce, partial sums where the reduce is contiguous, vector-wide blocks for
-        elementwise work, and the outer loop over the threads when the work is large enough."""
+        """The default derived from the target model (space/cpu_model.py): register blocks
+        like a BLAS micro-kernel where there is a matmul-like reduce, partial sums where the
+        reduce is contiguous, vector-wide blocks for elementwise work, and the outer loop over
+        the threads where that saves more than the parallel loop costs."""
         k = self.kernel
         layout = self._default_layout()
         blocks = self._blocks(layout["upcast"])
-        work = max(k.flops, k.bytes)
-        parallel = 1 if k.n_out and self.target.threads > 1 and work > 1 << 18 \
-            and blocks[layout["order"][0]] > 1 else 0
-        threads = self.target.threads if parallel else 1
-        return Config.make(**layout, parallel=parallel, threads=threads)
+        threads = self.target.threads
+        order = layout["order"]
+        parallel = 1 if k.n_out and cpu_model.parallel_pays(self.target, k.flops, k.bytes) \
+            and blocks[order[0]] > 1 else 0
+        if parallel and len(order) > 1 and blocks[order[0]] < 4 * threads \
+                and blocks[order[1]] > 1:
+            parallel = 2  # too few outer blocks to share evenly: share the first two loops
+        return Config.make(**layout, parallel=parallel, threads=threads if parallel else 1)
 
     def _default_layout(self) -> dict[str, Any]:
-        """The default's knobs but the threads. For a matmul: a 6x32 or 8x32 register block;
-        panels for operands read with a stride along the vector lanes (a convolution's windows)
-        and for those whose rows lie a multiple of 1 KiB apart (they fall in the same cache sets
-        and would evict each other); a k tile of 256 where the reduce is long (the operands of
-        one tile then stay in cache); the column blocks outermost where the second operand is
-        read in place."""
-        k = self.kernel
+        """The default's knobs but the threads (see cpu_model.py for the derivation). For a
+        matmul: the register block of the model; the column side packed (every row block
+        reads it again; a panel makes its sliver one contiguous stream), and so is any operand
+        read with a stride along the vector lanes (a convolution's windows); the column blocks
+        outermost while a column sliver of the whole reduce stays in L2 (BLIS's jr loop around
+        ir), else a k tile sized for L1 with the row blocks outermost (the row sliver resident
+        in L1, the tile's panel streaming past it)."""
+        k, target = self.kernel, self.target
         n_out, domain = k.n_out, k.domain
         upcast = [1] * n_out
         split, unroll, pack, ktile, first = 1, 1, (), 0, None
         loads = [n.arg[1] for n in k.loads()]
         lane_axes = [a for a in range(n_out) if domain[a] > 1]
         last = lane_axes[-1] if lane_axes else None
+        itemsize = k.buffers[0].dtype.itemsize
         if k.n_reduce:
             inner_contig = any(v.strides[-1] == 1 for v in loads)
             gemm = _gemm_axes(k)
             if gemm is not None:
                 row, col, b_side = gemm
-                upcast[col] = min(32, domain[col])
-                unroll = 4
                 views = {n.arg[0]: n.arg[1] for n in k.loads()}
-
-                def worth_a_panel(i: int) -> bool:
-                    strides = views[i].strides
-                    itemsize = k.buffers[i].dtype.itemsize
-                    return strides[col] not in (0, 1) or any(
-                        abs(st) > 1 and abs(st) * itemsize % 1024 == 0 for st in strides)
-                pack = tuple(i for i in packable(k) if worth_a_panel(i))
-                # each row of the block is a stream of broadcasts of its own, unless the row
-                # side comes from a panel, where they are one stream: then 8 rows, else 6
+                pack = tuple(i for i in packable(k)
+                             if i == b_side or views[i].strides[col] not in (0, 1))
                 row_side = {b for b, v in views.items() if v.strides[row] and not v.strides[col]}
-                upcast[row] = min(8 if row_side and row_side <= set(pack) else 6, domain[row])
-                if domain[n_out] > 1024:
-                    # one thread: row blocks outermost, so each block's slice of the first
-                    # operand stays in L1 while the tile's panel of the second streams past;
-                    # several: the column blocks are shared out, each thread streaming its part
-                    ktile, first = 256, (row if self.target.threads == 1 else col)
-                elif b_side not in pack:
-                    first = col  # each column panel is read from L2 by every row block
+                block = cpu_model.register_block(
+                    target, itemsize, rows_max=domain[row], columns_max=domain[col],
+                    row_panel=bool(row_side) and row_side <= set(pack),
+                    sizes=(domain[row], domain[col]),
+                    row_choices=self._upcast_choices(row),
+                    column_choices=self._upcast_choices(col))
+                upcast[row] = min(block.rows, domain[row])
+                upcast[col] = min(block.columns, domain[col])
+                unroll = 4
+                reduce_size = prod(domain[n_out:])
+                sliver = reduce_size * upcast[col] * itemsize
+                first = col
+                if not cpu_model.fits(target.l2, sliver):
+                    tile = self._model_ktile(Config.make(upcast=tuple(upcast)))
+                    if tile < domain[n_out]:
+                        ktile, first = tile, row
             elif inner_contig:
-                split = max(s for s in (1, 2, 4, 8, 16) if s <= domain[-1])
+                split = max(s for s in (1, 2, 4, 8, 16, 32)
+                            if s <= min(domain[-1], cpu_model.reduce_split(target, itemsize)))
                 unroll = 4
             elif last is not None:
-                upcast[last] = min(32, domain[last])
+                upcast[last] = min(cpu_model.elementwise_block(target, itemsize), domain[last])
                 unroll = 2
         elif last is not None:
-            upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32) if u <= domain[last])
+            width = cpu_model.elementwise_block(target, itemsize)
+            upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32, 64)
+                               if u <= min(domain[last], width))
         return dict(upcast=tuple(upcast), order=self._default_order(self._blocks(upcast), first),
                     split=split, unroll=unroll, ktile=ktile, pack=pack)
 

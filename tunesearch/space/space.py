@@ -58,6 +58,16 @@ class Space(ABC):
     @abstractmethod
     def naive(self) -> Config: ...
 
+    def adapt(self, config: Config) -> Config | None:
+        """config, made to fit this kernel where a family knows how (a winner of a kernel
+        of the same structure and another shape), or None where it cannot be made valid."""
+        return config if self.validate(config) is None else None
+
+    def neighbours(self, config: Config) -> list[Config]:
+        """Valid configs one step from config, the ones a search tries first after the
+        default. None unless a family knows which steps matter."""
+        return []
+
     def validate(self, config: Any) -> str | None:
         """None if config is valid here, else the reason. Never raises on bad data."""
         try:

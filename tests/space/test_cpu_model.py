@@ -1,0 +1,138 @@
+"""The target model behind the CPU defaults: register blocks that fit the register file of each
+ISA level, k tiles from L1, and a search that starts from the default's neighbourhood."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.catalogue import catalogue
+from tunesearch.space import cpu_model
+from tunesearch.space.cpu_space import _gemm_axes
+from tunesearch.space.space import space_for
+from tunesearch.space.target import Cache, Target
+
+LEVELS = {
+    "avx512": Target("cpu", threads=2, vector_bytes=64, vector_registers=32, isa="avx512"),
+    "avx2": Target("cpu", threads=2, vector_bytes=32, vector_registers=16, isa="avx2"),
+    "sse4": Target("cpu", threads=1, vector_bytes=16, vector_registers=16, fma_latency=7,
+                   isa="sse4"),
+}
+KERNELS = catalogue()
+GEMMS = [(n, k) for n, k in KERNELS if k.n_reduce and _gemm_axes(k) is not None]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_register_block_fits_and_keeps_the_pipes_busy(level):
+    target = LEVELS[level]
+    block = cpu_model.register_block(target, sizes=(1024, 1024))
+    assert cpu_model.registers_needed(block.rows, block.vectors, False) <= \
+        target.vector_registers
+    if target.vector_registers >= 16 and target.fma_latency <= 4:
+        assert block.rows * block.vectors >= target.fma_units * target.fma_latency
+    # no block that fits has more FMAs per load
+    best = block.rows * block.vectors / (block.rows + block.vectors)
+    for rows in range(1, 17):
+        for vectors in range(1, 9):
+            if cpu_model.registers_needed(rows, vectors, False) <= target.vector_registers:
+                assert rows * vectors / (rows + vectors) <= best + 1e-9 or \
+                    rows * vectors < target.fma_units * target.fma_latency
+
+
+def test_blocks_follow_the_register_file():
+    """AVX2's 16 registers of 8 floats take 4x24 (12 accumulators, 3 column vectors and a
+    broadcast: 16); the 6x32 of an AVX-512 machine would need 19 and spill."""
+    avx2 = cpu_model.register_block(LEVELS["avx2"], sizes=(1024, 1024))
+    assert (avx2.rows, avx2.columns) == (4, 24)
+    assert cpu_model.registers_needed(6, 4, False) > 16
+    big = cpu_model.register_block(LEVELS["avx512"], sizes=(1024, 1024))
+    assert big.columns % 16 == 0 and big.rows * big.vectors > avx2.rows * avx2.vectors
+    sse = cpu_model.register_block(LEVELS["sse4"], sizes=(1024, 1024))
+    assert sse.lanes == 4 and cpu_model.registers_needed(sse.rows, sse.vectors, False) <= 16
+
+
+def test_packed_rows_need_a_register_each():
+    block = cpu_model.register_block(LEVELS["avx2"], row_panel=True, sizes=(1024, 1024))
+    assert cpu_model.registers_needed(block.rows, block.vectors, True) <= 16
+
+
+def test_k_tile_from_l1():
+    """BLIS's kc: a 4x24 block on a 32 KiB 8-way L1 keeps 4 rows x kc in one way of each set:
+    kc = 64 sets * 64 bytes / (4 rows * 4 bytes) = 256. A larger L1 gives a longer tile."""
+    target = LEVELS["avx2"]
+    block = cpu_model.RegisterBlock(4, 3, 8)
+    assert cpu_model.k_tile(target, block) == 256
+    bigger = Target("cpu", l1d=Cache(64 << 10, 8))
+    assert cpu_model.k_tile(bigger, block) == 512
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("name,kernel", GEMMS, ids=[n for n, _ in GEMMS])
+def test_matmul_defaults_fit_the_register_file(level, name, kernel):
+    target = LEVELS[level]
+    space = space_for(kernel, target)
+    config = space.default()
+    assert space.validate(config) is None
+    row, col, b_side = _gemm_axes(kernel)
+    upcast = config.get("upcast")
+    vectors = -(-upcast[col] // target.lanes())
+    assert cpu_model.registers_needed(upcast[row], vectors, False) <= target.vector_registers
+    assert b_side in config.get("pack")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_sampled_matmul_blocks_never_spill(level):
+    target = LEVELS[level]
+    rng = random.Random(2)
+    for name, kernel in GEMMS:
+        space = space_for(kernel, target)
+        row, col, _ = _gemm_axes(kernel)
+        for _ in range(100):
+            values = {}
+            for p in space.parameters():
+                if p.when is None or values.get(p.when[0]) in p.when[1]:
+                    values[p.name] = rng.choice(p.choices)
+            config = space.config_from(values)
+            assert space.validate(config) is None
+            upcast = config.get("upcast")
+            vectors = -(-upcast[col] // target.lanes())
+            assert cpu_model.registers_needed(upcast[row], vectors, False) <= \
+                target.vector_registers or upcast[row] == 1, (name, config)
+
+
+@pytest.mark.parametrize("name,kernel", KERNELS, ids=[n for n, _ in KERNELS])
+def test_neighbours_are_valid_distinct_and_one_step_away(name, kernel):
+    space = space_for(kernel, LEVELS["avx2"])
+    default = space.default()
+    near = space.neighbours(default)
+    assert default not in near and len(near) == len(set(near))
+    for config in near:
+        assert space.validate(config) is None
+        changed = {k for k in dict(config.knobs) if config.get(k) != default.get(k)}
+        assert len(changed) == 1, (config, default)
+    if _gemm_axes(kernel) is not None and kernel.domain[_gemm_axes(kernel)[0]] > 1:
+        assert any(c.get("upcast") != default.get("upcast") for c in near)
+
+
+def test_vector_multiples_are_column_choices():
+    name, kernel = GEMMS[0]
+    _, col, _ = _gemm_axes(kernel)
+    for target in LEVELS.values():
+        choices = {p.name: p.choices for p in space_for(kernel, target).parameters()}
+        lanes = target.lanes()
+        wanted = {lanes * m for m in (1, 2, 3) if lanes * m <= kernel.domain[col]}
+        assert wanted <= set(choices[f"upcast.{col}"]), (target.isa, choices)
+
+
+def test_threads_only_where_they_pay_for_their_start():
+    """A kernel is shared over the threads only where one thread's time (from the model) less
+    its share exceeds twice the measured cost of a parallel loop."""
+    from tests.search.kernels import matmul
+    quiet = Target("cpu", threads=2, fork_join_s=4e-6)
+    small, big = matmul(16, 16, 16), matmul(256, 256, 256)
+    assert space_for(small, quiet).default().get("parallel") == 0
+    assert space_for(big, quiet).default().get("parallel") >= 1
+    assert space_for(big, quiet).default().get("threads") == 2
+    loaded = Target("cpu", threads=2, fork_join_s=1.0)   # threads that wake a second late
+    assert space_for(big, loaded).default().get("parallel") == 0
+    assert not cpu_model.parallel_pays(Target("cpu", threads=1), 10**12, 10**12)
