@@ -60,15 +60,8 @@ def _open_store(url: str | None):
 
 
 def _profile(model, inputs, repeat: int, db_url: str | None, use_db: bool):
-    """Profile the model with tuned configs from db_url, or with every kernel's default."""
-    from tunesearch.runtime import realize, tuned
-    if use_db:
-        tuned.use_database(db_url)
-    else:
-        realize.set_lookup(None)
-    realize.clear_caches()
-    model.reset_plans()
-    return model.profile(inputs, repeat=repeat)
+    from tunesearch.before_after import profile_with
+    return profile_with(model, inputs, repeat, db_url, use_db)
 
 
 def cmd_tune(args) -> int:
@@ -91,20 +84,30 @@ def cmd_tune(args) -> int:
         report = tune_kernels(kernels, args.device, budget, sampler=args.sampler,
                               seed=args.seed, store=store, progress=not quiet,
                               retune=args.retune, storage=_studies(study_storage, store.url))
-    after = _profile(model, inputs, args.repeat, store.url, use_db=True)
+    from tunesearch import before_after
+    from tunesearch.runtime.device import get_device
+    compared = before_after.measure(model, inputs, args.repeat, store.url)
+    kept = before_after.keep_defaults(store, get_device(args.device),
+                                      {k.key: k for k in kernels},
+                                      before_after.losers(compared, report.results))
+    if kept:  # the model again, with the defaults kept where the winners lost
+        compared = before_after.measure(model, inputs, args.repeat, store.url)
     default_time = {k.key: t for k, t in before.kernels}
     total = sum(default_time.values()) or 1.0
     rows = []
     for r in report.results:
-        rows.append({"kernel": r.name, "key": r.kernel_key, "status": r.status,
+        status = "kept default" if r.kernel_key in kept else r.status
+        rows.append({"kernel": r.name, "key": r.kernel_key, "status": status,
                      "share": default_time.get(r.kernel_key, 0.0) * r.occurrences / total,
                      "default_s": r.default_time_s, "tuned_s": r.time_s, "speedup": r.speedup,
                      "gflops": r.gflops, "gbps": r.gbps, "trials": r.trials,
                      "failures": dict(r.failures)})
     summary = {"model": str(args.model), "device": args.device, "device_key": report.device_key,
-               "database": store.where, "latency_before_s": before.latency,
-               "latency_after_s": after.latency, "speedup": before.latency / after.latency,
-               "kernels_tuned": after.n_tuned, "kernels": len(after.kernels),
+               "database": store.where, "latency_before_s": compared.before_s,
+               "latency_after_s": compared.after_s, "speedup": compared.speedup,
+               "noisy": compared.noisy, "block_spread": compared.spread,
+               "kept_default": len(kept),
+               "kernels_tuned": compared.n_tuned, "kernels": compared.n_kernels,
                "interrupted": report.interrupted, "seconds": report.seconds, "results": rows}
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
@@ -142,10 +145,18 @@ def _print_tune_table(summary: dict) -> None:
                       f"{r['gbps']:.2f}" if r["gbps"] is not None else "-")
     console = Console()
     console.print(table)
-    console.print(f"model latency: {_fmt_time(summary['latency_before_s'])} with defaults -> "
+    console.print(f"model latency, timed back to back in blocks: "
+                  f"{_fmt_time(summary['latency_before_s'])} with defaults -> "
                   f"{_fmt_time(summary['latency_after_s'])} tuned "
                   f"({summary['speedup']:.2f}x), {summary['kernels_tuned']} of "
                   f"{summary['kernels']} kernels tuned; results in {summary['database']}")
+    if summary["kept_default"]:
+        console.print(f"{summary['kept_default']} winner(s) ran slower inside the model than "
+                      f"the default did there: the default is kept for them (\"kept default\")")
+    if summary["noisy"]:
+        console.print(f"the machine was too noisy to trust these figures: blocks of the same "
+                      f"side differed by {summary['block_spread']:.0%}; run `tunesearch run` "
+                      f"on a quieter machine to see the latency")
 
 
 def cmd_run(args) -> int:

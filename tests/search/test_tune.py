@@ -15,6 +15,7 @@ from tunesearch.db import Store
 from tunesearch.runtime.device import get_device
 from tunesearch.search import (Budget, RichProgress, SimulatedMeasurer, TuneError, summary_table,
                                tune_kernels)
+from tunesearch.search.tune import kernel_record
 from tunesearch.space.space import space_for
 
 MM, ELEMENTWISE = matmul(64, 64, 64), add(64, 64)
@@ -135,3 +136,26 @@ def test_progress_display_and_json_summary():
     table = io.StringIO()
     Console(file=table, width=160).print(summary_table(report))
     assert MM.name in table.getvalue()
+
+
+def test_a_kernel_starts_from_the_winner_of_its_kind_in_another_shape(store):
+    """The winner of a matmul of one shape, made to fit, is among the first configs measured
+    for a matmul of another shape, right after the default and its neighbours."""
+    first, second = matmul(48, 64, 96), matmul(40, 64, 88)
+    sim = SimulatedMeasurer(by_kernel={first.key: cost(1e-3), second.key: cost(1e-3)})
+    [done] = tune_kernels([first], "cpu", Budget(trials=12), seed=0, progress=False,
+                          measurer=sim, store=store).results
+    info = get_device("cpu").info()
+    found = store.similar(kernel_record(second), info.key)
+    assert [shapes for shapes, _ in found] == ["48x96x64"]
+    space = space_for(second, info.target)
+    adapted = space.adapt(done.config)
+    assert adapted is not None and space.validate(adapted) is None
+    sim.calls.clear()
+    tune_kernels([second], "cpu", Budget(trials=30), seed=0, progress=False, measurer=sim,
+                 store=store)
+    early = 2 + len(space.neighbours(space.default()))  # default, neighbours, then the start
+    assert adapted in sim.calls[:early] or adapted == space.default() or \
+        adapted in space.neighbours(space.default())
+    # a kernel of another structure finds nothing
+    assert store.similar(kernel_record(ELEMENTWISE), info.key) == []

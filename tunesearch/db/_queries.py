@@ -71,8 +71,9 @@ def upsert_device(connection: Connection, dialect_insert: Insert, device: Device
 
 
 def offer_result(connection: Connection, dialect_insert: Insert, kernel_id: int, device_id: int,
-                 result: ResultRecord, created: datetime) -> bool:
-    """Store `result` unless the stored one is at least as fast; True if it was stored."""
+                 result: ResultRecord, created: datetime, replace: bool = False) -> bool:
+    """Store `result` unless the stored one is at least as fast (with `replace`, in any case);
+    True if it was stored."""
     values = dict(
         config=dump_json_object(result.config, "result config"), time_s=result.time_s,
         spread=result.spread, gflops=result.gflops, gbps=result.gbps,
@@ -83,7 +84,7 @@ def offer_result(connection: Connection, dialect_insert: Insert, kernel_id: int,
     stmt = stmt.on_conflict_do_update(
         index_elements=[Result.kernel_id, Result.device_id],
         set_={name: stmt.excluded[name] for name in values},
-        where=Result.time_s > stmt.excluded.time_s,
+        where=None if replace else Result.time_s > stmt.excluded.time_s,
     ).returning(Result.id)
     return connection.execute(stmt).first() is not None
 

@@ -32,6 +32,7 @@ trials not already stored, and refuses (changing nothing) a file of another form
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
@@ -188,8 +189,10 @@ class Store:
         return None if row is None else _queries.result_from_row(row)
 
     def record(self, kernel: KernelRecord, device: DeviceRecord, result: ResultRecord,
-               trials: Sequence[TrialRecord] = ()) -> bool:
+               trials: Sequence[TrialRecord] = (), replace: bool = False) -> bool:
         """Store `result` if it beats the stored best (strictly faster); True if it was stored.
+        With `replace` it is stored in any case: a winner that lost inside its model gives way
+        to the config that ran faster there.
 
         The trials are appended to the history either way; the device's last_seen is updated.
         """
@@ -203,7 +206,7 @@ class Store:
             kernel_id = _queries.upsert_kernel(connection, insert, kernel)
             device_id = _queries.upsert_device(connection, insert, device, now, now)
             stored = _queries.offer_result(connection, insert, kernel_id, device_id, result,
-                                           result.created or now)
+                                           result.created or now, replace)
             _queries.add_trials(connection, kernel_id, device_id, [(t, now) for t in trials])
             return stored
 
@@ -304,6 +307,36 @@ class Store:
         return [ResultRow(row.kernel_key, row.kernel_name, row.device_key, row.device_name,
                           row.backend, result)
                 for row in rows if (result := _queries.result_from_row(row)) is not None]
+
+    def similar(self, kernel: KernelRecord, device_key: str, limit: int = 3
+                ) -> list[tuple[str, dict]]:
+        """(shapes, config) of the stored results on device_key whose kernels have the same
+        operations and reduce as `kernel` but other shapes, nearest shapes first: a search
+        for this kernel starts from their winners."""
+        reduce = kernel.canonical.split(" reduce=", 1)[-1].split(" ", 1)[0]
+        dims = kernel.shapes.split("x")
+        stmt = (select(Kernel.key, Kernel.shapes, Kernel.canonical, *_queries.RESULT_COLUMNS)
+                .select_from(Result)
+                .join(Kernel, Kernel.id == Result.kernel_id)
+                .join(Device, Device.id == Result.device_id)
+                .where(Device.key == device_key, Kernel.ops == kernel.ops,
+                       Kernel.key != kernel.key))
+        rows = self._read(lambda connection: connection.execute(stmt).all())
+
+        def distance(shapes: str) -> float:
+            return sum(abs(math.log(max(int(a), 1) / max(int(b), 1)))
+                       for a, b in zip(shapes.split("x"), dims))
+        found = []
+        for row in rows:
+            other = row.shapes.split("x")
+            if len(other) != len(dims) or not all(d.isdigit() for d in other) or \
+                    row.canonical.split(" reduce=", 1)[-1].split(" ", 1)[0] != reduce:
+                continue
+            result = _queries.result_from_row(row)
+            if result is not None:
+                found.append((distance(row.shapes), row.shapes, result.config))
+        found.sort(key=lambda item: item[0])
+        return [(shapes, config) for _, shapes, config in found[:limit]]
 
     def show(self, key_prefix: str) -> list[KernelDetail]:
         """The kernels whose key starts with `key_prefix`, each with its results and trials."""

@@ -37,6 +37,7 @@ class _Job:
     occurrences: int
     space: Space
     default: MeasureResult | None = None
+    starts: tuple[Config, ...] = ()   # winners of kernels like this one, to try early
 
     @property
     def weight(self) -> float:
@@ -109,10 +110,9 @@ def _save(store, device: Device, job: _Job, result: KernelResult,
         spread=result.spread, gflops=result.gflops, gbps=result.gbps,
         default_time_s=result.default_time_s or 0.0, speedup=result.speedup or 0.0,
         trials=result.trials, sampler=result.sampler)
-    saved = store.record(
-        KernelRecord(kernel.key, kernel.name, kernel.canonical(), kernel.ops_summary(),
-                     "x".join(map(str, kernel.domain)), SPACE_VERSION),
-        DeviceRecord(info.key, info.backend, info.name, info.as_dict()), record, trials=trials)
+    saved = store.record(kernel_record(kernel),
+                         DeviceRecord(info.key, info.backend, info.name, info.as_dict()),
+                         record, trials=trials)
     return replace(result, saved=bool(saved))
 
 
@@ -129,6 +129,32 @@ def _stored(job: _Job, record, space: Space) -> KernelResult | None:
                         record.default_time_s or None, record.speedup or None, record.trials,
                         sampler=record.sampler,
                         message="already in the database (retune=True tunes it again)")
+
+
+def _starts(store, job: _Job, device_key: str) -> tuple[Config, ...]:
+    """The stored winners of kernels with the same structure and other shapes on this device,
+    nearest shapes first, made to fit this kernel: a model's many kernels of one kind then
+    share their search instead of each starting from nothing."""
+    kernel = job.kernel
+    try:
+        found = store.similar(kernel_record(kernel), device_key)
+    except DatabaseError:
+        return ()
+    out = []
+    for _, config in found:
+        try:
+            adapted = job.space.adapt(Config.from_json(config))
+        except ConfigError:
+            continue
+        if adapted is not None and adapted not in out:
+            out.append(adapted)
+    return tuple(out)
+
+
+def kernel_record(kernel: Kernel) -> KernelRecord:
+    """The database's record of a kernel."""
+    return KernelRecord(kernel.key, kernel.name, kernel.canonical(), kernel.ops_summary(),
+                        "x".join(map(str, kernel.domain)), SPACE_VERSION)
 
 
 def _default(job: _Job, measurer: Measurer) -> MeasureResult:
@@ -202,6 +228,8 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
         trials_left = budget.trials * len(todo) if budget.trials is not None else None
         for i, job in enumerate(todo):
             share = weights[i] / sum(weights[i:])
+            if store is not None:  # looked up now: kernels tuned earlier in this run count
+                job.starts = _starts(store, job, info.key)
             result, search = _tune_one(job, i, len(todo), measurer, budget, share, trials_left,
                                        len(todo) - i - 1, start, sampler, seed, storage,
                                        info.key, view)
@@ -255,6 +283,7 @@ def _tune_one(job: _Job, index: int, total: int, measurer: Measurer, budget: Bud
     search = search_kernel(
         job.kernel, job.space, measurer, replace(budget, trials=trials, seconds=seconds),
         sampler, seed, storage=storage, device_key=device_key, default_result=job.default,
-        on_trial=lambda trial, best, measured: view.trial(measured, best.time_s if best else None))
+        on_trial=lambda trial, best, measured: view.trial(measured, best.time_s if best else None),
+        starts=job.starts)
     status = "interrupted" if search.stopped_by == "interrupted" else "tuned"
     return _result(job, search, status), search

@@ -1,0 +1,136 @@
+"""A model timed with every kernel's default and with its tuned winners, back to back.
+
+`tunesearch tune` ends here. The two sides run in alternating blocks (defaults, winners,
+defaults, winners...), each block a warm-up call and `repeat` timed calls, and each side's figure
+is the median of its blocks: a machine that slows down for a while slows both sides alike. When
+the blocks of one side disagree by more than NOISE, more rounds are run; if they still disagree,
+the comparison says the machine was too noisy to trust it instead of printing a speed-up it did
+not see.
+
+A winner is chosen on the kernel alone. Inside the model its neighbours, the cache state and the
+threads can make it slower than the default was there: such a winner is not applied. The
+default takes its place in the database (the kernel keeps the config that ran faster in its
+model) and the comparison lists it.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+
+NOISE = 0.10        # blocks of one side further apart than this (relative) are not trusted
+LOSS = 0.05         # a winner this much slower than the default inside the model loses its place
+ROUNDS, MAX_ROUNDS = 3, 7
+
+
+@dataclass(frozen=True)
+class Comparison:
+    before_s: float                 # the model with every default (median of its blocks)
+    after_s: float                  # with the winners the database has for this device
+    spread: float                   # the larger relative spread of the two sides' blocks
+    rounds: int
+    kept_default: tuple[str, ...] = ()   # keys of kernels whose winner lost inside the model
+    n_tuned: int = 0
+    n_kernels: int = 0
+    kernel_before: dict = field(default_factory=dict)   # key -> seconds inside the model
+    kernel_after: dict = field(default_factory=dict)    # (medians over the blocks)
+    kernel_after_best: dict = field(default_factory=dict)  # key -> its fastest block
+
+    @property
+    def noisy(self) -> bool:
+        return self.spread > NOISE
+
+    @property
+    def speedup(self) -> float:
+        return self.before_s / self.after_s
+
+
+def profile_with(model, inputs, repeat: int, db_url: str | None, use_db: bool):
+    """Profile the model with tuned configs from db_url, or with every kernel's default."""
+    from tunesearch.runtime import realize, tuned
+    if use_db:
+        tuned.use_database(db_url)
+    else:
+        realize.set_lookup(None)
+    realize.clear_caches()
+    model.reset_plans()
+    return model.profile(inputs, repeat=repeat)
+
+
+def _per_kernel(profile) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for kernel, seconds in profile.kernels:
+        out[kernel.key] = out.get(kernel.key, 0.0) + seconds
+    return out
+
+
+def _spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else 0.0
+
+
+def measure(model, inputs, repeat: int, db_url: str | None) -> Comparison:
+    """Alternating blocks of the defaults and the winners until both sides agree with
+    themselves (or MAX_ROUNDS); see the module docstring."""
+    before, after = [], []
+    rounds = 0
+    while rounds < MAX_ROUNDS:
+        before.append(profile_with(model, inputs, repeat, db_url, use_db=False))
+        after.append(profile_with(model, inputs, repeat, db_url, use_db=True))
+        rounds += 1
+        spread = max(_spread([p.latency for p in before]), _spread([p.latency for p in after]))
+        if rounds >= ROUNDS and spread <= NOISE:
+            break
+    kernels_before = [_per_kernel(p) for p in before]
+    kernels_after = [_per_kernel(p) for p in after]
+    return Comparison(
+        statistics.median(p.latency for p in before), statistics.median(p.latency for p in after),
+        spread, rounds, n_tuned=after[-1].n_tuned, n_kernels=len(after[-1].kernels),
+        kernel_before={k: statistics.median(d[k] for d in kernels_before)
+                       for k in kernels_before[-1]},
+        kernel_after={k: statistics.median(d[k] for d in kernels_after)
+                      for k in kernels_after[-1]},
+        kernel_after_best={k: min(d[k] for d in kernels_after) for k in kernels_after[-1]})
+
+
+def losers(comparison: Comparison, results) -> list:
+    """The results tuned in this run whose winner ran slower inside the model than the default
+    did there: by more than LOSS (or the noise between blocks, where that is larger), even in
+    its fastest block. Results already stored are not judged again."""
+    margin = max(LOSS, comparison.spread)
+    out = []
+    for r in results:
+        if r.config is None or r.status != "tuned":
+            continue
+        before = comparison.kernel_before.get(r.kernel_key)
+        after = comparison.kernel_after_best.get(r.kernel_key,
+                                                 comparison.kernel_after.get(r.kernel_key))
+        if before and after and after > before * (1 + margin):
+            out.append(r)
+    return out
+
+
+def keep_defaults(store, device, kernels: dict, results) -> list[str]:
+    """Put each result's default config in the database in place of its winner; returns the
+    keys done. `kernels` maps keys to Kernel objects."""
+    from tunesearch.db import DeviceRecord, ResultRecord
+    from tunesearch.search.tune import kernel_record
+    from tunesearch.space.space import space_for
+    info = device.info()
+    done = []
+    for r in results:
+        kernel = kernels.get(r.kernel_key)
+        if kernel is None or not r.default_time_s:
+            continue
+        default = space_for(kernel, info.target).default()
+        if r.config == default:
+            continue
+        t = r.default_time_s
+        record = ResultRecord(
+            config=json.loads(default.to_json()), time_s=t, spread=0.0,
+            gflops=kernel.flops / t / 1e9, gbps=kernel.bytes / t / 1e9, default_time_s=t,
+            speedup=1.0, trials=r.trials, sampler=f"{r.sampler}; default kept in the model")
+        store.record(kernel_record(kernel),
+                     DeviceRecord(info.key, info.backend, info.name, info.as_dict()), record,
+                     replace=True)
+        done.append(kernel.key)
+    return done
