@@ -13,6 +13,17 @@ def _r(*shape, seed=0):
                   device="reference")
 
 
+def _windows_conv(x: Tensor, w: Tensor) -> Tensor:
+    """A convolution over one strided view of the padded input, reduced over channel x window
+    axes without merging them (the reduce axes only chain inside a panel)."""
+    from tunesearch.onnx_nn import windows
+    cout, cin, kh, kw = w.shape
+    outs = [x.shape[2] - kh + 3, x.shape[3] - kw + 3]
+    cols = windows(x, (kh, kw), (1, 1), (1, 1), [(1, 1), (1, 1)], outs)
+    cols = cols.reshape(1, 1, cin, *outs, kh, kw)
+    return (cols * w.reshape(1, cout, cin, 1, 1, kh, kw)).sum((2, 5, 6))
+
+
 def _cases():
     a = _r(33, 1)
     yield "broadcast_mul_add", a * _r(1, 17, seed=1) + _r(17, seed=2)
@@ -29,6 +40,7 @@ def _cases():
     yield "matmul_bias_relu", (_r(16, 24) @ _r(24, 40, seed=1) + _r(40, seed=2)).relu()
     yield "conv2d_stride_pad", _r(2, 3, 9, 9).conv2d(_r(4, 3, 3, 3, seed=1), stride=2, padding=1)
     yield "conv2d_groups", _r(1, 4, 8, 8).conv2d(_r(6, 2, 3, 3, seed=1), groups=2, padding=1)
+    yield "conv2d_windows", _windows_conv(_r(1, 5, 7, 9), _r(6, 5, 3, 3, seed=1))
     yield "softmax", _r(9, 33).softmax(1)
     yield "layernorm", _r(13, 24).layernorm()
     yield "max_pool", _r(1, 3, 8, 8).max_pool2d(2)

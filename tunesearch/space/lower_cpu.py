@@ -93,10 +93,34 @@ class _PackInfo:
         self.dtype = kernel.buffers[index].dtype
 
     def offset(self, block: list[str], red: list[str], lane: list[str]) -> str:
+        """The panel offset of a block, reduce and lane index; `red` holds one index per reduce
+        axis, or one flat index over them all (the panel lays them out one after another)."""
+        reduce = self.reduce if len(red) == len(self.reduce) else [math.prod(self.reduce)]
         expr = "0"
-        for idx, size in zip(block + red + lane, self.blocks + self.reduce + self.lanes):
+        for idx, size in zip(block + red + lane, self.blocks + reduce + self.lanes):
             expr = f"({expr})*{size}+({idx})" if expr != "0" else f"({idx})"
         return expr
+
+
+def collapsible(kernel: Kernel, packs) -> bool:
+    """Whether the reduce axes can run as one flat loop: every load the reduce reads in place
+    steps through them as through one axis (each axis's stride is the next one's times its
+    size, no mask on them); panels lay them out that way already. A convolution's channel x
+    kernel-window reduce then runs as one long loop instead of a short innermost one."""
+    if kernel.reduce is None or kernel.n_reduce < 2:
+        return False
+    n_out, domain = kernel.n_out, kernel.domain
+    for node in kernel.reduce.src[0].walk():
+        if node.op != "load" or node.arg[0] in packs:
+            continue
+        view = node.arg[1]
+        if view.mask is not None and any(view.mask[a] != (0, domain[a])
+                                         for a in range(n_out, len(domain))):
+            return False
+        if any(view.strides[a] != view.strides[a + 1] * domain[a + 1]
+               for a in range(n_out, len(domain) - 1)):
+            return False
+    return True
 
 
 def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
@@ -112,6 +136,10 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
     ktile = config.get("ktile", 0) if reduce_node is not None else 0
     tiled = 0 < ktile < red_sizes[0] if reduce_node is not None else False
     packs = {i: _PackInfo(kernel, i, upcast, ktile) for i in config.get("pack", ())}
+    flat = collapsible(kernel, packs)
+    # with flat reduce loops one index runs over all reduce axes; a k tile covers `inner` of it
+    # for each step of the first axis
+    inner_size = math.prod(red_sizes[1:]) if flat else 1
     lines = [HEADER, SCRATCH]
 
     # ---- the block function
@@ -128,7 +156,11 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
     inner = len(red_sizes) - 1
 
     def axis_index(axis: int) -> str:
-        return lane_idx[axis] if axis < n_out else red_idx[axis - n_out]
+        if axis < n_out:
+            return lane_idx[axis]
+        if flat:  # the strides chain: the innermost axis's stride times the flat index
+            return red_idx[inner] if axis == len(domain) - 1 else "0"
+        return red_idx[axis - n_out]
 
     def load(node: KNode) -> str:
         index, view = node.arg
@@ -136,7 +168,10 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
             p = packs[index]
             blocks = [f"(o{a}/{upcast[a]})" for a in p.axes]
             lanes = [f"l{a}" for a in p.axes]
-            red = [f"({red_idx[0]}-k0)"] + red_idx[1:] if tiled else red_idx
+            if flat:
+                red = [f"({red_idx[inner]}-k0*{inner_size})" if tiled else red_idx[inner]]
+            else:
+                red = [f"({red_idx[0]}-k0)"] + red_idx[1:] if tiled else red_idx
             return f"pk{index}[{p.offset(blocks, red, lanes)}]"
         idx, valid = index_expr(view, axis_index)
         read = f"data{index}[{idx}]"
@@ -168,13 +203,16 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
         bounds = [("0", str(size)) for size in red_sizes]
         if tiled:
             bounds[0] = ("k0", "k0+kn")
+        if flat:  # one loop over every reduce axis, named as the innermost
+            bounds = [(f"k0*{inner_size}", f"(k0+kn)*{inner_size}") if tiled
+                      else ("0", str(math.prod(red_sizes)))]
         for j, (lo, hi) in enumerate(bounds[:-1]):
             body.append(f"for (int r{j} = {lo}; r{j} < {hi}; r{j}++) {{")
         lo, hi = bounds[-1]
         if lo == "0" and hi.isdigit():
             full = str(int(hi) - int(hi) % split)
         else:
-            full = f"({hi})-(kn%{split})"
+            full = f"({hi})-((kn*{inner_size})%{split})"
         for piece, (start, stop, step, lanes) in enumerate(
                 [(lo, full, split, split), (full, hi, 1, 1)]):
             if start == stop or (piece == 1 and split == 1):
@@ -194,7 +232,7 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel") -> str:
             value = emitter.emit(reduce_node.src[0], stmts)
             body += stmts + [d.reduce_step(reduce_node.op, f"{acc_at}[s]", value)]
             body.append("}" * (n_out + 2))
-        body.append("}" * (len(red_sizes) - 1))
+        body.append("}" * (len(bounds) - 1))
         known[id(reduce_node)] = "red"
     body += [unroll_lanes + " " + loop + " {" for loop in lane_loops]
     if reduce_node is not None:
