@@ -10,9 +10,9 @@
 2. Times fp32 matmul at each size: the naive config, the heuristic default and the best of a
    sweep (a hand-picked grid of register blocks, work-groups and tiles plus random valid configs),
    each checked against cuBLAS's result before its time counts, and cuBLAS itself (through PyTorch
-   with TF32 off, else CuPy) measured in the same run. Without either, results are checked against
-   numpy and the cuBLAS column is left out. Times are per-launch CUDA-event times of back-to-back
-   launches after warm-up, median of --repeat. Prints a table with ratios to cuBLAS.
+   with TF32 off, else CuPy) measured in the same run, the same way. Without either, results are
+   checked against numpy and the cuBLAS column is left out. Times are CUDA-event times per launch
+   of back-to-back launches after warm-up, median of --repeat. Prints a table with ratios to cuBLAS.
 3. Times a softmax and a row sum (the default config of each kernel of their schedules) against
    PyTorch or CuPy, checked against numpy.
 """
@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tunesearch import Tensor  # noqa: E402
 from tunesearch.graph.schedule import create_schedule  # noqa: E402
 from tunesearch.runtime.cuda import (CUDADevice, compile_cubin, driver_version,  # noqa: E402
-                                     nvrtc_version, version_text)
-from tunesearch.runtime.device import DeviceUnavailable, Source, get_device  # noqa: E402
+                                     launches_per_measurement, nvrtc_version, version_text)
+from tunesearch.runtime.device import (DeviceLost, DeviceUnavailable, Source,  # noqa: E402
+                                       get_device)
 from tunesearch.runtime.interpret import run_kernel  # noqa: E402
 from tunesearch.space.config import Config  # noqa: E402
 from tunesearch.space.lower_gpu import render_gpu  # noqa: E402
@@ -187,14 +188,18 @@ def gpu_runner(work):
         for _ in range(3):
             work(lib)
         sync()
+        count = 1
 
-        def timed():
+        def timed():  # as the CUDA device times its kernels: back to back, the stream kept busy
             start, end = event(), event()
-            start.record()
             work(lib)
+            start.record()
+            for _ in range(count):
+                work(lib)
             end.record()
             end.synchronize()
-            return elapsed(start, end) * 1e-3
+            return elapsed(start, end) * 1e-3 / count
+        count = launches_per_measurement(timed())
         return f"{label} via {version}", result, statistics.median(timed() for _ in range(repeat))
     return run
 
@@ -342,11 +347,15 @@ def main(argv=None) -> int:
         return 2
     print(f"{time.strftime('%Y-%m-%d')} {info.name}: " +
           ", ".join(f"{k}={v}" for k, v in info.fingerprint if k not in ("backend", "name")))
-    ok = verify(device, args.verify) if args.verify >= 0 else True
-    for n in args.sizes:
-        bench_matmul(device, n, args.sweep, args.repeat, args.grid)
-    for name in others:
-        bench_other(device, name, args.rows, args.repeat)
+    try:
+        ok = verify(device, args.verify) if args.verify >= 0 else True
+        for n in args.sizes:
+            bench_matmul(device, n, args.sweep, args.repeat, args.grid)
+        for name in others:
+            bench_other(device, name, args.rows, args.repeat)
+    except DeviceLost as exc:  # a kernel faulted: nothing more runs in this process
+        print(f"bench_cuda: {exc}", file=sys.stderr)
+        return 1
     return 0 if ok else 1
 
 

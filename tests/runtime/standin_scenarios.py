@@ -89,7 +89,8 @@ def fault(kind: str) -> dict:
     bufs = buffers(device)
     programs[kind](bufs)
     seen = []
-    for step in (device.synchronize, lambda: programs["copy"](bufs), lambda: device.copyout(bufs[0])):
+    steps = (device.synchronize, lambda: programs["copy"](bufs), lambda: device.copyout(bufs[0]))
+    for step in steps:
         try:
             step()
             seen.append(None)

@@ -179,6 +179,7 @@ class CudaDriver:
 
     def properties(self) -> dict[str, Any]: ...
     def alloc(self, nbytes: int) -> Any: ...
+    def free(self, ptr) -> None: ...  # binds the context; raises when the driver refuses
     def htod(self, handle, host: np.ndarray) -> None: ...
     def dtoh(self, host: np.ndarray, handle) -> None: ...
     def module(self, image: bytes) -> Any: ...
@@ -296,7 +297,8 @@ class CudaPythonDriver(CudaDriver):
         values = (ctypes.c_uint64 * len(pointers))(*pointers)
         params = (ctypes.c_void_p * len(pointers))(
             *[ctypes.addressof(values) + i * 8 for i in range(len(pointers))])
-        address, launch_kernel, check = ctypes.addressof(params), self.cu.cuLaunchKernel, self._check
+        address = ctypes.addressof(params)
+        launch_kernel, check = self.cu.cuLaunchKernel, self._check
 
         def launch() -> None:
             check(launch_kernel(function, grid, 1, 1, block, 1, 1, 0, 0, address, 0))
