@@ -2,8 +2,10 @@
 
 Both are spawned (not forked: the tuner has threads) with the device registry of the parent,
 ignore Ctrl-C (the tuner handles it and shuts them down), and are restarted when they die. The
-runner is killed when a candidate runs past its hard timeout; a compile that runs past its
-deadline has its compiler killed, and the pool process that ran it lives on.
+runner is killed when a candidate runs past its hard timeout, and ends itself when its device is
+lost (a GPU kernel faulted); a compile that runs past its deadline has its compiler killed, and the
+pool process that ran it lives on. Compile processes get what they need from the tuner's device
+(Device.compile_settings: the GPU's architecture), so they never open the device themselves.
 """
 from __future__ import annotations
 
