@@ -3,17 +3,23 @@
     PYTHONPATH=. python scripts/bench_cuda.py                  # verify, then matmul 1024 and 4096
     PYTHONPATH=. python scripts/bench_cuda.py --sizes 1024 --sweep 24 --verify 8
 
+0. Prints the CUDA driver's and NVRTC's versions, and stops with one line (exit 2) when the
+   device cannot start, e.g. a driver older than NVRTC's CUDA version.
 1. Verifies catalogue kernels on the GPU: the default, the naive and --verify random valid configs
    of each, against the numpy interpreter.
 2. Times fp32 matmul at each size: the naive config, the heuristic default and the best of a
    sweep (a hand-picked grid of register blocks, work-groups and tiles plus random valid configs),
    each checked against cuBLAS's result before its time counts, and cuBLAS itself (through PyTorch
-   with TF32 off, else CuPy) measured in the same run. Times are CUDA-event times of single
-   launches after warm-up, median of --repeat. Prints a table with ratios to cuBLAS.
+   with TF32 off, else CuPy) measured in the same run, the same way. Without either, results are
+   checked against numpy and the cuBLAS column is left out. Times are CUDA-event times per launch
+   of back-to-back launches after warm-up, median of --repeat. Prints a table with ratios to cuBLAS.
+3. Times a softmax and a row sum (the default config of each kernel of their schedules) against
+   PyTorch or CuPy, checked against numpy.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import random
 import statistics
@@ -28,8 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tunesearch import Tensor  # noqa: E402
 from tunesearch.graph.schedule import create_schedule  # noqa: E402
-from tunesearch.runtime.cuda import CUDADevice, compile_cubin  # noqa: E402
-from tunesearch.runtime.device import Source  # noqa: E402
+from tunesearch.runtime.cuda import (CUDADevice, compile_cubin, driver_version,  # noqa: E402
+                                     launches_per_measurement, nvrtc_version, version_text)
+from tunesearch.runtime.device import (DeviceLost, DeviceUnavailable, Source,  # noqa: E402
+                                       get_device)
 from tunesearch.runtime.interpret import run_kernel  # noqa: E402
 from tunesearch.space.config import Config  # noqa: E402
 from tunesearch.space.lower_gpu import render_gpu  # noqa: E402
@@ -133,45 +141,70 @@ def grid_configs(space) -> list[Config]:
 
 
 class Peer:
-    """cuBLAS through PyTorch (TF32 off) or CuPy: the result to check against and its time."""
+    """cuBLAS through PyTorch (TF32 off) or CuPy: the result to check against and its time.
+    Without either, the result is numpy's and there is no time (`seconds` is None)."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray, repeat: int):
+        self.name, self.seconds = "numpy (no cuBLAS)", None
+        runner = gpu_runner(lambda lib: lib.matmul(lib.asarray(a), lib.asarray(b)))
+        if runner is None:
+            self.result = a @ b
+            return
+        self.name, self.result, self.seconds = runner("cuBLAS", repeat)
+
+
+def gpu_runner(work):
+    """work(lib) run on the GPU through PyTorch (TF32 off), else CuPy; None with neither.
+    The runner returns (name, result as numpy, median seconds of repeat CUDA-event timings)."""
+    try:
+        import torch
+
+        class Torch:
+            asarray = staticmethod(lambda x: torch.from_numpy(x).cuda())
+            matmul = staticmethod(lambda x, y: x @ y)
+            softmax = staticmethod(lambda x: torch.softmax(x, -1))
+            rowsum = staticmethod(lambda x: x.sum(-1))
+        torch.backends.cuda.matmul.allow_tf32 = False
+        lib, version, sync = Torch, f"torch {torch.__version__}", torch.cuda.synchronize
+        event = functools.partial(torch.cuda.Event, enable_timing=True)
+        elapsed = (lambda start, end: start.elapsed_time(end))
+        to_numpy = (lambda x: x.cpu().numpy())
+    except ImportError:
         try:
-            import torch
-            torch.backends.cuda.matmul.allow_tf32 = False
-            ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-            run, sync = (lambda: ta @ tb), torch.cuda.synchronize
-            self.name = f"cuBLAS via torch {torch.__version__}"
-
-            def timed():
-                start, end = torch.cuda.Event(True), torch.cuda.Event(True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                return start.elapsed_time(end) * 1e-3
-            self.result = (ta @ tb).cpu().numpy()
-        except ImportError:
             import cupy
-            ca, cb = cupy.asarray(a), cupy.asarray(b)
-            run, sync = (lambda: ca @ cb), cupy.cuda.Device().synchronize
-            self.name = f"cuBLAS via cupy {cupy.__version__}"
+        except ImportError:
+            return None
 
-            def timed():
-                start, end = cupy.cuda.Event(), cupy.cuda.Event()
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                return cupy.cuda.get_elapsed_time(start, end) * 1e-3
-            self.result = cupy.asnumpy(ca @ cb)
+        class CuPy:
+            asarray, matmul = staticmethod(cupy.asarray), staticmethod(cupy.matmul)
+            softmax = staticmethod(lambda x: (lambda e: e / e.sum(-1, keepdims=True))(
+                cupy.exp(x - x.max(-1, keepdims=True))))
+            rowsum = staticmethod(lambda x: x.sum(-1))
+        lib, version, sync = CuPy, f"cupy {cupy.__version__}", cupy.cuda.Device().synchronize
+        event, elapsed, to_numpy = cupy.cuda.Event, cupy.cuda.get_elapsed_time, cupy.asnumpy
+
+    def run(label: str, repeat: int):
+        result = to_numpy(work(lib))
         for _ in range(3):
-            run()
+            work(lib)
         sync()
-        self.seconds = statistics.median(timed() for _ in range(repeat))
+        count = 1
+
+        def timed():  # as the CUDA device times its kernels: back to back, the stream kept busy
+            start, end = event(), event()
+            work(lib)
+            start.record()
+            for _ in range(count):
+                work(lib)
+            end.record()
+            end.synchronize()
+            return elapsed(start, end) * 1e-3 / count
+        count = launches_per_measurement(timed())
+        return f"{label} via {version}", result, statistics.median(timed() for _ in range(repeat))
+    return run
 
 
-def bench_matmul(device, n: int, sweep: int, repeat: int) -> list[tuple]:
+def bench_matmul(device, n: int, sweep: int, repeat: int, grid: int = -1) -> list[tuple]:
     from tests.conformance import output_error
     kernel = matmul_kernel(n)
     space = space_for(kernel, device.info().target)
@@ -179,8 +212,12 @@ def bench_matmul(device, n: int, sweep: int, repeat: int) -> list[tuple]:
     a = rng.random((n, n), dtype=np.float32)
     b = rng.random((n, n), dtype=np.float32)
     peer = Peer(a, b, repeat)
+    if peer.seconds is None:
+        print(f"matmul {n}: cuBLAS: not measured (neither PyTorch nor CuPy is installed); "
+              "results are checked against numpy")
     named = [("naive", space.naive()), ("default", space.default())]
-    candidates = [c for c in grid_configs(space) + sample(space, sweep, n)
+    hand_picked = grid_configs(space)[:grid] if grid >= 0 else grid_configs(space)
+    candidates = [c for c in hand_picked + sample(space, sweep, n)
                   if c not in (space.naive(), space.default())]
     configs = [c for _, c in named] + candidates
     sources = [Source(*_rendered(kernel, c, device)) for c in configs]
@@ -203,7 +240,7 @@ def bench_matmul(device, n: int, sweep: int, repeat: int) -> list[tuple]:
         results.append((config, statistics.median(program.timed(buffers) for _ in range(repeat)),
                         err))
     flops = 2.0 * n ** 3
-    rows = [(f"cuBLAS ({peer.name})", peer.seconds, 1.0, "")]
+    rows = [(peer.name, peer.seconds, 1.0, "")] if peer.seconds else []
     for label, config in named:
         seconds = next(r[1] for r in results if r[0] == config)
         rows.append((label, seconds, None, str(config)))
@@ -218,8 +255,9 @@ def bench_matmul(device, n: int, sweep: int, repeat: int) -> list[tuple]:
         if seconds is None:
             print(f"{'':>12} | {label:34s} | {'wrong':>9} |")
             continue
+        ratio = f"{peer.seconds / seconds:8.2f}" if peer.seconds else f"{'-':>8}"
         print(f"{'':>12} | {label:34s} | {seconds * 1e3:9.3f} | {flops / seconds / 1e12:7.2f} | "
-              f"{peer.seconds / seconds:8.2f} | {config}")
+              f"{ratio} | {config}")
     if wrong:
         print(f"  {len(wrong)} configs gave wrong results, e.g. {wrong[0][0]} ({wrong[0][2]:.1e})")
     return rows
@@ -230,20 +268,94 @@ def _rendered(kernel, config, device) -> tuple:
     return text, "v0", kernel.key, len(kernel.buffers), global_size, local_size
 
 
+# name -> (the Tensor computation, numpy's answer, the peer's call); inputs are (rows, 4096) fp32
+OTHERS = {
+    "softmax": (lambda t: t.softmax(-1),
+                lambda x: (lambda e: e / e.sum(-1, keepdims=True))(np.exp(x - x.max(-1,
+                                                                                keepdims=True))),
+                lambda lib, x: lib.softmax(x)),
+    "rowsum": (lambda t: t.sum(-1), lambda x: x.sum(-1), lambda lib, x: lib.rowsum(x)),
+}
+
+
+def bench_other(device, name: str, rows: int, repeat: int) -> None:
+    """One computation's kernels at their default configs, in schedule order, checked against
+    numpy; its time is the sum of its kernels' medians, next to PyTorch's or CuPy's."""
+    from tests.conformance import output_error
+    build, reference, peer_call = OTHERS[name]
+    x = np.random.default_rng(rows).standard_normal((rows, 4096), dtype=np.float32)
+    items = create_schedule([build(Tensor(x, device="reference")).node])
+    host = get_device("reference")
+    realized = {}
+    total = 0.0
+    for item in items:
+        kernel = item.kernel
+        program = device.build(kernel, space_for(kernel, device.info().target).default())
+        buffers = [device.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)]
+        for node, spec in zip(item.inputs, kernel.buffers[1:]):
+            if id(node) not in realized:  # a leaf, realized by the reference device
+                realized[id(node)] = device.from_numpy(host.copyout(node.realized), spec.dtype)
+            buffers.append(realized[id(node)])
+        program(buffers)
+        for _ in range(3):
+            program.timed(buffers)
+        total += statistics.median(program.timed(buffers) for _ in range(repeat))
+        realized[id(item.out)] = buffers[0]
+    out = device.copyout(realized[id(items[-1].out)])
+    expected = reference(x.astype(np.float64)).astype(np.float32).reshape(-1)
+    err = output_error(out[:expected.size], expected)
+    runner = gpu_runner(lambda lib: peer_call(lib, lib.asarray(x)))
+    peer = runner(name, repeat) if runner else None
+    gbs = x.nbytes / total / 1e9
+    line = (f"{name} {rows}x4096: {len(items)} kernels, {total * 1e3:.3f} ms ({gbs:.1f} GB/s "
+            f"of input), error {err:.1e}" + (" WRONG" if not err <= 1e-3 else ""))
+    if peer:
+        line += f"; {peer[0]} {peer[2] * 1e3:.3f} ms: x{peer[2] / total:.2f}"
+    else:
+        line += "; no PyTorch or CuPy to compare with"
+    print(line)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[1024, 4096])
     parser.add_argument("--sweep", type=int, default=40, help="random configs besides the grid")
-    parser.add_argument("--verify", type=int, default=20, help="random configs per kernel")
+    parser.add_argument("--grid", type=int, default=-1,
+                        help="hand-picked matmul configs to time (default: all)")
+    parser.add_argument("--verify", type=int, default=20,
+                        help="random configs per kernel (-1: no verification)")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--others", default="softmax,rowsum",
+                        help=f"comma-separated, of {', '.join(OTHERS)} ('' for none)")
+    parser.add_argument("--rows", type=int, default=4096, help="rows of the others' input")
     args = parser.parse_args(argv)
-    device = CUDADevice()
-    info = device.info()
+    others = [name for name in args.others.split(",") if name]
+    if set(others) - set(OTHERS):
+        parser.error(f"--others: unknown {', '.join(sorted(set(others) - set(OTHERS)))}")
+    version = driver_version()
+    try:
+        nvrtc = nvrtc_version()
+    except DeviceUnavailable as exc:
+        nvrtc = f"unavailable ({exc})"
+    print(f"CUDA driver {version_text(version) + f' ({version})' if version else 'not found'}, "
+          f"NVRTC {nvrtc}", flush=True)
+    try:
+        device = CUDADevice()
+        info = device.info()
+    except DeviceUnavailable as exc:
+        print(f"bench_cuda: {exc}", file=sys.stderr)
+        return 2
     print(f"{time.strftime('%Y-%m-%d')} {info.name}: " +
           ", ".join(f"{k}={v}" for k, v in info.fingerprint if k not in ("backend", "name")))
-    ok = verify(device, args.verify) if args.verify >= 0 else True
-    for n in args.sizes:
-        bench_matmul(device, n, args.sweep, args.repeat)
+    try:
+        ok = verify(device, args.verify) if args.verify >= 0 else True
+        for n in args.sizes:
+            bench_matmul(device, n, args.sweep, args.repeat, args.grid)
+        for name in others:
+            bench_other(device, name, args.rows, args.repeat)
+    except DeviceLost as exc:  # a kernel faulted: nothing more runs in this process
+        print(f"bench_cuda: {exc}", file=sys.stderr)
+        return 1
     return 0 if ok else 1
 
 

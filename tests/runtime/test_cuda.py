@@ -95,6 +95,20 @@ def test_compile_only_device_without_a_gpu():
             device.info()
 
 
+def test_cubins_are_cached_by_digest(tmp_path, monkeypatch):
+    """A second compile of a source is read from the cache folder, not compiled again."""
+    monkeypatch.setenv("TUNESEARCH_CACHE", str(tmp_path))
+    source = Source('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }', "k", "key", 1)
+    first = cuda.CUDADevice(arch="sm_90").compile(source)
+    cached = list((tmp_path / "cuda").glob("*.cubin"))
+    assert len(cached) == 1 and b"cubin\n" + cached[0].read_bytes() == first
+    planted = cuda.compile_cubin('extern "C" __global__ void planted(float* x) { x[0] = 2; }')
+    cached[0].write_bytes(planted)
+    assert cuda.CUDADevice(arch="sm_90").compile(source) == b"cubin\n" + planted
+    cuda.CUDADevice(arch="sm_80").compile(source)  # another architecture, another entry
+    assert len(list((tmp_path / "cuda").glob("*.cubin"))) == 2
+
+
 @pytest.mark.skipif(GPU is not None, reason="a CUDA device is present")
 def test_device_without_a_gpu_is_unavailable():
     with pytest.raises(DeviceUnavailable, match="no CUDA device"):

@@ -5,8 +5,9 @@ NVRTC comes from the cuda-python wheels (no CUDA toolkit needed) and compiles wi
 layer: cuda-python's driver API by default, or pycuda where it is installed
 (TUNESEARCH_CUDA_DRIVER=pycuda picks it; it is also the fallback when cuda-python's driver cannot
 start). Everything else is shared. Programs are compiled to a cubin for the device's exact
-architecture (a cubin loads on any driver of the toolkit's major version, PTX would need a driver
-as new as NVRTC); kernel times come from CUDA events.
+architecture and cached on disk by digest; a cubin loads on a driver of NVRTC's CUDA major
+version or newer, which the device checks when it starts. Kernel times come from CUDA events
+around back-to-back launches, with the stream kept busy, so host work is not counted.
 """
 from __future__ import annotations
 
@@ -14,21 +15,38 @@ import atexit
 import ctypes
 import functools
 import hashlib
+import os
+import tempfile
+import warnings
 import weakref
-from typing import Any
+from collections import OrderedDict
+from typing import Any, Callable
 
 import numpy as np
 
 from tunesearch import settings
 from tunesearch.graph.dtypes import DType
-from tunesearch.runtime.device import (Buffer, CompileError, DeviceInfo, DeviceUnavailable,
-                                       Program, Source)
+from tunesearch.runtime.device import (Buffer, CompileError, DeviceInfo, DeviceLost,
+                                       DeviceUnavailable, Program, Source)
 from tunesearch.runtime.gpu import GPUDevice
 from tunesearch.space.dialect_gpu import CUDADialect
 from tunesearch.space.target import Target
 
 INSTALL_HINT = 'pip install "tunesearch[cuda]" (cuda-python with NVRTC)'
 ARTIFACT_KINDS = (b"cubin\n", b"ptx\n")
+# the errors after which a CUDA context runs nothing more: only a new process recovers
+STICKY_ERRORS = {
+    700: ("CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"),
+    702: ("CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"),
+    714: ("CUDA_ERROR_HARDWARE_STACK_ERROR", "hardware stack error"),
+    715: ("CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered"),
+    716: ("CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address"),
+    717: ("CUDA_ERROR_INVALID_ADDRESS_SPACE", "operation not supported on global/shared address"),
+    718: ("CUDA_ERROR_INVALID_PC", "invalid program counter"),
+    719: ("CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"),
+}
+TIMED_SPAN_S = 2e-4   # back-to-back launches in one timed call cover about this much GPU time
+MAX_TIMED_LAUNCHES = 20
 
 
 def _nvrtc():
@@ -58,6 +76,25 @@ def nvrtc_version() -> str:
         raise DeviceUnavailable(f"the NVRTC library was not found ({exc}): pip install "
                                 f"nvidia-cuda-nvrtc, or {INSTALL_HINT}") from None
     return f"{major}.{minor}"
+
+
+def version_text(driver_version: int) -> str:
+    """cuDriverGetVersion's number as CUDA's version: 12080 -> '12.8'."""
+    return f"{driver_version // 1000}.{driver_version % 1000 // 10}"
+
+
+def check_versions(driver_version: int, nvrtc: str) -> None:
+    """DeviceUnavailable, with the fix, when the driver cannot load NVRTC's cubins: a cubin
+    needs a driver of NVRTC's CUDA major version or newer."""
+    driver_major, nvrtc_major = driver_version // 1000, int(nvrtc.split(".")[0])
+    if driver_major >= nvrtc_major:
+        return
+    needed = " (R580 or newer)" if nvrtc_major == 13 else ""
+    other = ('pip install "tunesearch[cuda12]" (cuda-python and NVRTC 12)' if driver_major == 12
+             else f"install cuda-python and NVRTC of CUDA {driver_major}")
+    raise DeviceUnavailable(
+        f"the NVIDIA driver runs CUDA {version_text(driver_version)} but NVRTC is {nvrtc}, whose "
+        f"cubins need a CUDA {nvrtc_major} driver{needed}: upgrade the driver, or {other}")
 
 
 def _compile(text: str, arch: str, kind: str, options=()) -> bytes:
@@ -98,32 +135,86 @@ def compile_cubin(text: str, arch: str = "sm_90", options=()) -> bytes:
     return _compile(text, arch, "cubin", options)
 
 
+def cached_cubin(text: str, arch: str, options=()) -> bytes:
+    """compile_cubin through a cache on disk, keyed by a digest of the source, the architecture,
+    NVRTC's version and the options: the compile pool and a model plan's parallel pre-compile
+    fill it, and the process that loads the program then finds its cubin there."""
+    key = "\n".join([text, arch, nvrtc_version(), *options])
+    folder = settings.cache_dir() / "cuda"
+    path = folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.cubin"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    cubin = compile_cubin(text, arch, options)
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=folder, suffix=".part")
+    with os.fdopen(handle, "wb") as out:
+        out.write(cubin)
+    os.replace(partial, path)  # atomic: concurrent compilers never see half a file
+    return cubin
+
+
+def launches_per_measurement(previous_s: float | None) -> int:
+    """Back-to-back launches in one timed call: enough to cover TIMED_SPAN_S of GPU time, so
+    that a small kernel's time is not the gaps between host calls."""
+    if not previous_s or previous_s <= 0:
+        return 1
+    return max(1, min(MAX_TIMED_LAUNCHES, round(TIMED_SPAN_S / previous_s)))
+
+
+def _sticky_error(text: str) -> bool:
+    return any(name in text or message in text for name, message in STICKY_ERRORS.values())
+
+
 # ---- the thin driver layer: the only part that differs between cuda-python and pycuda
 
 class CudaDriver:
-    """Load, launch, copy and time on device 0 of one driver binding. Handles are ints."""
+    """Load, launch, copy and time on device 0 of one driver binding."""
     name = ""
+    version = 0  # cuDriverGetVersion
+
+    def bind(self) -> None:
+        """Make the device's context current on the calling thread."""
 
     def properties(self) -> dict[str, Any]: ...
     def alloc(self, nbytes: int) -> Any: ...
+    def free(self, ptr) -> None: ...  # binds the context; raises when the driver refuses
     def htod(self, handle, host: np.ndarray) -> None: ...
     def dtoh(self, host: np.ndarray, handle) -> None: ...
     def module(self, image: bytes) -> Any: ...
+    def unload(self, module) -> None: ...
     def function(self, module, name: str) -> Any: ...
-    def launch(self, function, grid: int, block: int, handles: list) -> None: ...
-    def timed(self, function, grid: int, block: int, handles: list) -> float: ...
+
+    def launcher(self, function, grid: int, block: int, pointers: tuple[int, ...]
+                 ) -> Callable[[], None]:
+        """A launch of function with its arguments packed once; call it with the context bound."""
+
+    def timed(self, launch: Callable[[], None], count: int) -> float:
+        """Seconds per launch of count back-to-back launches, measured by CUDA events."""
+
     def synchronize(self) -> None: ...
 
 
-class _Allocation:
-    """Device memory from cuda-python, freed when the last reference goes."""
+class _Released:
+    """A driver object (device memory, a module) released through the driver when the last
+    reference goes, from whichever thread that is; a failure is reported as a warning."""
 
-    def __init__(self, driver, ptr):
-        self.ptr = int(ptr)
-        self._free = weakref.finalize(self, driver.cuMemFree, ptr)
+    def __init__(self, driver, handle, release: str):
+        self.handle = handle
+        self.ptr = int(handle) if release == "free" else 0
+        self._finalizer = weakref.finalize(self, _release, driver, release, handle)
+        self._finalizer.atexit = False  # at exit the driver tears the context down itself
 
     def __int__(self) -> int:
         return self.ptr
+
+
+def _release(driver, release: str, handle) -> None:
+    try:
+        getattr(driver, release)(handle)
+    except Exception as exc:  # noqa: BLE001  (called by the garbage collector: say it, go on)
+        warnings.warn(f"CUDA {release} failed: {exc}", RuntimeWarning, stacklevel=2)
 
 
 class CudaPythonDriver(CudaDriver):
@@ -133,18 +224,24 @@ class CudaPythonDriver(CudaDriver):
         from cuda.bindings import driver
         self.cu = driver
         self._check(driver.cuInit(0))
+        self.version = self._check(driver.cuDriverGetVersion())
+        check_versions(self.version, nvrtc_version())
         self.device = self._check(driver.cuDeviceGet(0))
         self.context = self._check(driver.cuDevicePrimaryCtxRetain(self.device))
-        self._bind()
+        self._events = None
+        self.bind()
 
     def _check(self, result):
         err, *rest = result
         if err != self.cu.CUresult.CUDA_SUCCESS:
             name = self.cu.cuGetErrorName(err)[1]
-            raise RuntimeError(name.decode() if isinstance(name, bytes) else str(err))
+            name = name.decode() if isinstance(name, bytes) else str(err)
+            if int(err) in STICKY_ERRORS:
+                raise DeviceLost(f"{name}: the CUDA context is lost")
+            raise RuntimeError(name)
         return rest[0] if len(rest) == 1 else rest
 
-    def _bind(self) -> None:
+    def bind(self) -> None:
         # the context is current per thread: make it current wherever we are called from
         self._check(self.cu.cuCtxSetCurrent(self.context))
 
@@ -157,7 +254,7 @@ class CudaPythonDriver(CudaDriver):
         return {"name": self._check(cu.cuDeviceGetName(256, self.device)).split(b"\0")[0].decode(),
                 "compute_capability": (get("COMPUTE_CAPABILITY_MAJOR"),
                                        get("COMPUTE_CAPABILITY_MINOR")),
-                "driver_version": self._check(cu.cuDriverGetVersion()),
+                "driver_version": self.version,
                 "sm_count": get("MULTIPROCESSOR_COUNT"),
                 "max_threads": get("MAX_THREADS_PER_BLOCK"),
                 "max_block": (get("MAX_BLOCK_DIM_X"), get("MAX_BLOCK_DIM_Y"),
@@ -167,44 +264,62 @@ class CudaPythonDriver(CudaDriver):
                 "total_memory": self._check(cu.cuDeviceTotalMem(self.device))}
 
     def alloc(self, nbytes: int):
-        self._bind()
-        return _Allocation(self.cu, self._check(self.cu.cuMemAlloc(nbytes)))
+        self.bind()
+        return _Released(self, self._check(self.cu.cuMemAlloc(nbytes)), "free")
+
+    def free(self, ptr) -> None:
+        self.bind()
+        self._check(self.cu.cuMemFree(ptr))
 
     def htod(self, handle, host: np.ndarray) -> None:
-        self._bind()
+        self.bind()
         self._check(self.cu.cuMemcpyHtoD(int(handle), host.ctypes.data, host.nbytes))
 
     def dtoh(self, host: np.ndarray, handle) -> None:
-        self._bind()
+        self.bind()
         self._check(self.cu.cuMemcpyDtoH(host.ctypes.data, int(handle), host.nbytes))
 
     def module(self, image: bytes):
-        self._bind()
+        self.bind()
         return self._check(self.cu.cuModuleLoadData(image))
 
+    def unload(self, module) -> None:
+        self.bind()
+        self._check(self.cu.cuModuleUnload(module))
+
     def function(self, module, name: str):
+        self.bind()
         return self._check(self.cu.cuModuleGetFunction(module, name.encode()))
 
-    def launch(self, function, grid: int, block: int, handles: list) -> None:
-        self._bind()
-        params = (tuple(int(h) for h in handles), (ctypes.c_void_p,) * len(handles))
-        self._check(self.cu.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, 0, params, 0))
+    def launcher(self, function, grid, block, pointers):
+        # kernelParams is an array of pointers to the argument values: built once, passed by
+        # address, so a launch packs nothing
+        values = (ctypes.c_uint64 * len(pointers))(*pointers)
+        params = (ctypes.c_void_p * len(pointers))(
+            *[ctypes.addressof(values) + i * 8 for i in range(len(pointers))])
+        address = ctypes.addressof(params)
+        launch_kernel, check = self.cu.cuLaunchKernel, self._check
 
-    def timed(self, function, grid: int, block: int, handles: list) -> float:
-        self._bind()
-        start, end = (self._check(self.cu.cuEventCreate(0)) for _ in range(2))
-        try:
-            self._check(self.cu.cuEventRecord(start, 0))
-            self.launch(function, grid, block, handles)
-            self._check(self.cu.cuEventRecord(end, 0))
-            self._check(self.cu.cuEventSynchronize(end))
-            return self._check(self.cu.cuEventElapsedTime(start, end)) * 1e-3
-        finally:
-            self.cu.cuEventDestroy(start)
-            self.cu.cuEventDestroy(end)
+        def launch() -> None:
+            check(launch_kernel(function, grid, 1, 1, block, 1, 1, 0, 0, address, 0))
+        launch.packed = (values, params)  # alive as long as the launch
+        return launch
+
+    def timed(self, launch, count):
+        self.bind()
+        if self._events is None:
+            self._events = tuple(self._check(self.cu.cuEventCreate(0)) for _ in range(2))
+        start, end = self._events
+        launch()  # the stream is busy while the start event and the timed launches are queued
+        self._check(self.cu.cuEventRecord(start, 0))
+        for _ in range(count):
+            launch()
+        self._check(self.cu.cuEventRecord(end, 0))
+        self._check(self.cu.cuEventSynchronize(end))
+        return self._check(self.cu.cuEventElapsedTime(start, end)) * 1e-3 / count
 
     def synchronize(self) -> None:
-        self._bind()
+        self.bind()
         self._check(self.cu.cuCtxSynchronize())
 
 
@@ -215,15 +330,31 @@ class PyCudaDriver(CudaDriver):
         import pycuda.driver as cuda
         self.cuda = cuda
         cuda.init()
+        self.version = cuda.get_driver_version()
+        check_versions(self.version, nvrtc_version())
         self.device = cuda.Device(0)
         self.context = self.device.retain_primary_context()
         self.context.push()
+        self._events = None
         atexit.register(self.context.pop)
+
+    def _call(self, work: Callable[[], Any]) -> Any:
+        """Run work; pycuda's errors become DeviceLost (a lost context) or RuntimeError."""
+        try:
+            return work()
+        except self.cuda.Error as exc:
+            if isinstance(exc, self.cuda.LaunchError) or _sticky_error(str(exc)):
+                raise DeviceLost(f"{exc}: the CUDA context is lost") from None
+            raise RuntimeError(str(exc)) from None
+
+    def bind(self) -> None:
+        if self.cuda.Context.get_current() is None:  # a thread of its own: push the context
+            self.context.push()
 
     def properties(self) -> dict[str, Any]:
         d, attr = self.device, self.cuda.device_attribute
         return {"name": d.name(), "compute_capability": d.compute_capability(),
-                "driver_version": self.cuda.get_driver_version(),
+                "driver_version": self.version,
                 "sm_count": d.get_attribute(attr.MULTIPROCESSOR_COUNT),
                 "max_threads": d.get_attribute(attr.MAX_THREADS_PER_BLOCK),
                 "max_block": (d.get_attribute(attr.MAX_BLOCK_DIM_X),
@@ -233,33 +364,52 @@ class PyCudaDriver(CudaDriver):
                 "l2_bytes": d.get_attribute(attr.L2_CACHE_SIZE), "total_memory": d.total_memory()}
 
     def alloc(self, nbytes: int):
-        return self.cuda.mem_alloc(nbytes)
+        self.bind()  # pycuda frees its allocations itself, in their context
+        return self._call(lambda: self.cuda.mem_alloc(nbytes))
 
     def htod(self, handle, host: np.ndarray) -> None:
-        self.cuda.memcpy_htod(handle, host)
+        self.bind()
+        self._call(lambda: self.cuda.memcpy_htod(handle, host))
 
     def dtoh(self, host: np.ndarray, handle) -> None:
-        self.cuda.memcpy_dtoh(host, handle)
+        self.bind()
+        self._call(lambda: self.cuda.memcpy_dtoh(host, handle))
 
     def module(self, image: bytes):
-        return self.cuda.module_from_buffer(image)
+        self.bind()
+        return self._call(lambda: self.cuda.module_from_buffer(image))
+
+    def unload(self, module) -> None:
+        pass  # pycuda unloads a module when its object goes, which the caller's reference was
 
     def function(self, module, name: str):
-        return module.get_function(name)
+        self.bind()
+        return self._call(lambda: module.get_function(name))
 
-    def launch(self, function, grid: int, block: int, handles: list) -> None:
-        function(*[np.uintp(int(h)) for h in handles], block=(block, 1, 1), grid=(grid, 1))
+    def launcher(self, function, grid, block, pointers):
+        function.prepare("P" * len(pointers))
+        grid_shape, block_shape = (grid, 1), (block, 1, 1)
 
-    def timed(self, function, grid: int, block: int, handles: list) -> float:
-        start, end = self.cuda.Event(), self.cuda.Event()
-        start.record()
-        self.launch(function, grid, block, handles)
-        end.record()
-        end.synchronize()
-        return start.time_till(end) * 1e-3
+        def launch() -> None:
+            self._call(lambda: function.prepared_call(grid_shape, block_shape, *pointers))
+        return launch
+
+    def timed(self, launch, count):
+        self.bind()
+        if self._events is None:
+            self._events = (self.cuda.Event(), self.cuda.Event())
+        start, end = self._events
+        launch()  # the stream is busy while the start event and the timed launches are queued
+        self._call(start.record)
+        for _ in range(count):
+            launch()
+        self._call(end.record)
+        self._call(end.synchronize)
+        return self._call(lambda: start.time_till(end)) * 1e-3 / count
 
     def synchronize(self) -> None:
-        self.cuda.Context.synchronize()
+        self.bind()
+        self._call(self.cuda.Context.synchronize)
 
 
 # name -> driver layer, tried in this order when TUNESEARCH_CUDA_DRIVER does not pick one
@@ -276,37 +426,71 @@ def open_driver() -> CudaDriver:
     for name in [wanted] if wanted else list(DRIVERS):
         try:
             return DRIVERS[name]()
+        except DeviceUnavailable:  # the driver is too old for NVRTC: another layer is too
+            raise
         except Exception as exc:  # an import, a missing libcuda, no device: try the next one
             errors.append(f"{name}: {exc}".strip())
     raise DeviceUnavailable("no CUDA device: " + "; ".join(errors))
 
 
+def driver_version() -> int | None:
+    """The installed driver's cuDriverGetVersion (12080 is CUDA 12.8), without starting it;
+    None when there is no driver library or no binding to ask it through."""
+    try:
+        from cuda.bindings import driver
+        err, version = driver.cuDriverGetVersion()
+        return int(version) if err == driver.CUresult.CUDA_SUCCESS else None
+    except Exception:  # noqa: BLE001  (no cuda-python, or no libcuda.so.1)
+        pass
+    try:
+        import pycuda.driver
+        return int(pycuda.driver.get_driver_version())
+    except Exception:  # noqa: BLE001
+        return None
+
+
 class CUDADevice(GPUDevice):
-    """A CUDA GPU. `CUDADevice(arch="sm_90")` also works without one, to compile only."""
+    """A CUDA GPU. `CUDADevice(arch="sm_90")` also works without one, to compile only: its
+    driver is opened on first use, so a compile process never opens the GPU."""
     name = "cuda"
     nvrtc_options: tuple[str, ...] = ()
+    modules_kept = 32  # loaded modules kept for reuse, most recently used; programs keep theirs
 
     def __init__(self, arch: str | None = None):
         nvrtc_version()
         self.dialect = CUDADialect()
         self._driver: CudaDriver | None = None
-        self._modules: dict[str, Any] = {}
         self._no_driver = ""
-        try:
-            self._driver = open_driver()
-        except DeviceUnavailable as exc:
-            if arch is None:
-                raise
-            self._no_driver = str(exc)
-        if arch is None:
-            major, minor = self._driver.properties()["compute_capability"]
-            arch = f"sm_{major}{minor}"
-        self.arch = arch
+        self._modules: OrderedDict[str, _Released] = OrderedDict()
+        self._arch = arch
+        if arch is None:  # a device to run on: open the driver now, to fail early and clearly
+            self._arch = self._architecture()
+
+    def compile_settings(self) -> dict[str, Any]:
+        return {"arch": self.arch}
+
+    @classmethod
+    def for_compiling(cls, arch: str | None = None, **_: Any) -> CUDADevice:
+        return cls(arch=arch)
+
+    @property
+    def arch(self) -> str:
+        return self._arch or self._architecture()
+
+    def _architecture(self) -> str:
+        major, minor = self.driver.properties()["compute_capability"]
+        return f"sm_{major}{minor}"
 
     @property
     def driver(self) -> CudaDriver:
         if self._driver is None:
-            raise DeviceUnavailable(self._no_driver or "no CUDA device")
+            if self._no_driver:
+                raise DeviceUnavailable(self._no_driver)
+            try:
+                self._driver = open_driver()
+            except DeviceUnavailable as exc:
+                self._no_driver = str(exc)
+                raise
         return self._driver
 
     @functools.cache
@@ -325,7 +509,8 @@ class CUDADevice(GPUDevice):
 
     # ---- memory
     def alloc(self, size: int, dtype: DType) -> Buffer:
-        return Buffer(self.name, size, dtype, self.driver.alloc(max(size * dtype.itemsize, 1)))
+        handle = self.driver.alloc(max(size * dtype.itemsize, 1))
+        return Buffer(self.name, size, dtype, handle, int(handle))
 
     def _to_device(self, handle, host: np.ndarray) -> None:
         self.driver.htod(handle, host)
@@ -338,34 +523,61 @@ class CUDADevice(GPUDevice):
 
     # ---- programs
     def compile(self, source: Source) -> bytes:
-        """A cubin for this device's architecture (needs NVRTC only, no GPU)."""
-        return ARTIFACT_KINDS[0] + compile_cubin(source.text, self.arch, self.nvrtc_options)
+        """A cubin for this device's architecture (needs NVRTC only, no GPU), from the cache
+        on disk when this source was compiled before."""
+        return ARTIFACT_KINDS[0] + cached_cubin(source.text, self.arch, self.nvrtc_options)
+
+    def _module(self, artifact: bytes) -> _Released:
+        """The loaded module of an artifact: one serves every entry of a batched source."""
+        key = hashlib.sha256(artifact).hexdigest()
+        loaded = self._modules.get(key)
+        if loaded is None:
+            kind = next((k for k in ARTIFACT_KINDS if artifact.startswith(k)), None)
+            if kind is None:
+                raise CompileError("not a CUDA artifact")
+            image = artifact[len(kind):]
+            if kind == b"ptx\n" and not image.endswith(b"\x00"):
+                image += b"\x00"
+            loaded = self._modules[key] = _Released(self.driver, self.driver.module(image),
+                                                    "unload")
+            while len(self._modules) > self.modules_kept:
+                self._modules.popitem(last=False)  # unloaded once its programs are gone too
+        self._modules.move_to_end(key)
+        return loaded
 
     def load(self, artifact: bytes, source: Source) -> Program:
-        kind = next((k for k in ARTIFACT_KINDS if artifact.startswith(k)), None)
-        if kind is None:
-            raise CompileError("not a CUDA artifact")
-        image = artifact[len(kind):]
-        if kind == b"ptx\n" and not image.endswith(b"\x00"):
-            image += b"\x00"
         driver = self.driver
-        key = hashlib.sha256(artifact).hexdigest()
         try:
-            if key not in self._modules:  # one module serves every entry of a batched source
-                self._modules[key] = driver.module(image)
-            function = driver.function(self._modules[key], source.entry)
+            loaded = self._module(artifact)
+            function = driver.function(loaded.handle, source.entry)
+        except (DeviceLost, CompileError):
+            raise
         except RuntimeError as exc:
             raise CompileError(f"the driver could not load {source.entry}: {exc}") from None
         local = source.local_size[0] if source.local_size else 1
         grid = source.global_size[0] // local if source.global_size else 0
+        packed: dict[str, Any] = {}  # the launch for the last buffers, arguments packed once
+
+        def launch_for(buffers: list[Buffer]) -> Callable[[], None]:
+            pointers = tuple(b.address for b in buffers)
+            if packed.get("pointers") != pointers:
+                packed["launch"] = driver.launcher(function, grid, local, pointers)
+                packed["pointers"] = pointers
+            return packed["launch"]
 
         def run(buffers: list[Buffer]) -> None:
             if grid:
-                driver.launch(function, grid, local, [b.handle for b in buffers])
+                driver.bind()
+                launch_for(buffers)()
 
         def timed(buffers: list[Buffer]) -> float:
             if not grid:
                 return 0.0
-            return driver.timed(function, grid, local, [b.handle for b in buffers])
+            seconds = driver.timed(launch_for(buffers),
+                                   launches_per_measurement(packed.get("seconds")))
+            packed["seconds"] = seconds
+            return seconds
 
-        return Program(run, timed, source)
+        program = Program(run, timed, source)
+        program.module = loaded  # the module stays loaded while the program lives
+        return program

@@ -36,6 +36,11 @@ class CompileError(RuntimeError):
     """The device's compiler rejected a source; the message holds its log."""
 
 
+class DeviceLost(RuntimeError):
+    """The device can run nothing more in this process (a GPU kernel faulted and left its context
+    unusable): the process must end, and a new one gets a working device."""
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """What a device is, precisely: its fingerprint is the database's device key."""
@@ -59,7 +64,8 @@ class Buffer:
     size: int
     dtype: DType
     handle: Any = field(repr=False)
-    # the address of a host buffer, taken once: reading it from numpy costs ~1 us a launch
+    # the address of a host buffer or the pointer of device memory, taken once: reading it from
+    # numpy costs ~1 us a launch
     address: int | None = field(default=None, repr=False, compare=False)
 
 
@@ -125,6 +131,16 @@ class Device(ABC):
                 run(buffers)
         return launch
 
+    def compile_settings(self) -> dict[str, Any]:
+        """What a process that only compiles needs to build this device's artifacts without
+        opening the device; the compile pool hands it to its processes (see for_compiling)."""
+        return {}
+
+    @classmethod
+    def for_compiling(cls, **settings: Any) -> Device:
+        """A device that compiles as the one whose compile_settings() these are."""
+        return cls()
+
     def from_numpy(self, array: np.ndarray, dtype: DType) -> Buffer:
         buf = self.alloc(array.size, dtype)
         self.copyin(buf, np.ascontiguousarray(array, dtype.np).reshape(-1))
@@ -142,12 +158,23 @@ def device_names() -> list[str]:
     return list(DEVICES)
 
 
+def _device_class(base: str) -> type[Device]:
+    module, cls = DEVICES[base].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def use_for_compiling(name: str, settings: dict[str, Any]) -> None:
+    """Make get_device(name) in this process a device that only compiles, built from the
+    compile_settings() of the real one (a compile process never opens the device)."""
+    if name not in _instances:
+        _instances[name] = _device_class(name.split(":")[0].lower()).for_compiling(**settings)
+
+
 def get_device(name: str) -> Device:
     """The device registered under name (one instance per process)."""
     base = name.split(":")[0].lower()
     if base not in DEVICES:
         raise DeviceUnavailable(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
     if name not in _instances:
-        module, cls = DEVICES[base].split(":")
-        _instances[name] = getattr(importlib.import_module(module), cls)()
+        _instances[name] = _device_class(base)()
     return _instances[name]

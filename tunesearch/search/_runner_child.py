@@ -7,6 +7,11 @@ kernel's inputs on the device between trials, and answers one message at a time 
     ("run", artifact, source, timing)                         ->  ("done", first, times, guard_ok,
                                                                    last_if_changed)
                                                               or  ("error", kind, message)
+                                                              or  ("error", kind, message, RESTART)
+
+A reply that ends in RESTART comes from a process that has lost its device (a GPU kernel faulted
+and left its context unusable, so every later candidate would fail too): it exits after sending
+it, and the runner starts a new one for the next candidate.
 
 `fill` is what the output holds before the first run (it differs from the reference everywhere,
 so unwritten elements show up); `guard` is a canary written past the output's end, so a write
@@ -22,6 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tunesearch.graph.dtypes import dtypes
+from tunesearch.runtime.device import DeviceLost
+
+RESTART = "restart"
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,7 @@ class _Session:
         self.buffers: list = []
         self.size = 0
         self.prefill: np.ndarray | None = None
-        self.programs: dict[bytes, object] = {}
+        self.programs: dict[tuple[bytes, str], object] = {}
 
     def setup(self, buffer_specs, inputs, fill, guard) -> None:
         self.buffers = []  # drop the previous kernel's buffers first: they may be large
@@ -69,11 +77,12 @@ class _Session:
         self.buffers = [out, *ins]
 
     def run(self, artifact: bytes, source, timing: Timing):
-        program = self.programs.get(artifact)
+        key = (artifact, source.entry)  # one artifact may hold several entries
+        program = self.programs.get(key)
         if program is None:
             if len(self.programs) >= self.MAX_PROGRAMS:
                 self.programs.clear()
-            program = self.programs[artifact] = self.device.load(artifact, source)
+            program = self.programs[key] = self.device.load(artifact, source)
         out = self.buffers[0]
         self.device.copyin(out, self.prefill)
         start = time.perf_counter()
@@ -133,6 +142,9 @@ def serve(conn, device_name: str, registry: dict[str, str]) -> None:
                 conn.send(("done", *session.run(*message[1:])))
             elif message[0] == "stop":
                 return
+        except DeviceLost as exc:  # nothing more can run here: say why, and end the process
+            conn.send(("error", "crash", f"{exc}; the runner process restarts", RESTART))
+            return
         except Exception as exc:  # noqa: BLE001  (a failing candidate is data for the parent)
             detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
             conn.send(("error", "crash", detail))

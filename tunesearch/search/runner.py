@@ -2,8 +2,10 @@
 
 Both are spawned (not forked: the tuner has threads) with the device registry of the parent,
 ignore Ctrl-C (the tuner handles it and shuts them down), and are restarted when they die. The
-runner is killed when a candidate runs past its hard timeout; a compile that runs past its
-deadline has its compiler killed, and the pool process that ran it lives on.
+runner is killed when a candidate runs past its hard timeout, and ends itself when its device is
+lost (a GPU kernel faulted); a compile that runs past its deadline has its compiler killed, and the
+pool process that ran it lives on. Compile processes get what they need from the tuner's device
+(Device.compile_settings: the GPU's architecture), so they never open the device themselves.
 """
 from __future__ import annotations
 
@@ -93,12 +95,17 @@ class Runner:
                 self.kill()
                 return ("error", "timeout", f"no answer within the hard limit of "
                         f"{timeout_s:.3g} s; the runner process was killed")
-            return self._conn.recv()
+            reply = self._conn.recv()
         except (EOFError, OSError):
             self._process.join(5)
             reason = _describe_exit(self._process.exitcode)
             self.kill()
             return ("error", "crash", reason)
+        if reply[0] == "error" and reply[3:] == (runner_child.RESTART,):
+            self._process.join(10)  # it exits by itself; the next run starts a new one
+            self.kill()
+            return reply[:3]
+        return reply
 
     def load(self, kernel_key: str, buffer_specs, inputs, fill, guard) -> None:
         """The buffers of the kernel the next runs are for; sent once, kept by the process."""
@@ -148,10 +155,13 @@ class Runner:
         self.kill()
 
 
-def _init_compiler(registry: dict[str, str]) -> None:
+def _init_compiler(registry: dict[str, str], device_name: str,
+                   compile_settings: dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.setpgrp()  # its own process group: killing it also kills the compiler it runs
     runner_child.register_devices(registry)
+    from tunesearch.runtime.device import use_for_compiling
+    use_for_compiling(device_name, compile_settings)  # never opens the device (a GPU context)
 
 
 def compile_candidate(device_name: str, kernel: Kernel, config: Config) -> tuple:
@@ -193,9 +203,12 @@ class CompilePool:
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=_SPAWN,
-                                             initializer=_init_compiler,
-                                             initargs=(runner_child.spawnable(self.device_name),))
+            from tunesearch.runtime.device import get_device
+            compile_settings = get_device(self.device_name).compile_settings()
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=_SPAWN, initializer=_init_compiler,
+                initargs=(runner_child.spawnable(self.device_name), self.device_name,
+                          compile_settings))
         return self._pool
 
     def submit(self, kernel: Kernel, configs: list[Config]) -> list:
