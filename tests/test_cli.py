@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
+from tests.runtime.test_graph import kernel_nodes, parse_dot
 
-def cli(*args, db=None, check=False, timeout=600):
-    env = dict(os.environ)
+
+def cli(*args, db=None, check=False, timeout=600, **settings):
+    env = dict(os.environ, **settings)
     if db:
         env["TUNESEARCH_DB"] = db
     proc = subprocess.run([sys.executable, "-m", "tunesearch.cli", *args], capture_output=True,
@@ -23,8 +25,13 @@ def cli(*args, db=None, check=False, timeout=600):
 def test_tune_then_run_uses_the_tuned_kernels(tmp_path):
     db = f"sqlite:///{tmp_path / 'r.db'}"
     first = json.loads(cli("tune", "example:tiny_cnn", "--trials", "4", "--json", "--repeat",
-                           "3", db=db, check=True).stdout)
+                           "3", db=db, check=True, GRAPH="1",
+                           GRAPH_PATH=str(tmp_path / "g.dot")).stdout)
     assert first["kernels_tuned"] > 0
+    # GRAPH=1 draws the last model call of the run: the tuned one
+    boxes = kernel_nodes(parse_dot((tmp_path / "g.dot").read_text())[0])
+    assert len(boxes) == first["kernels"]
+    assert sum("  tuned\n" in b["label"] for b in boxes) == first["kernels_tuned"]
     assert first["kernels_tuned"] == first["kernels"] - sum(
         r["status"] == "failed" for r in first["results"])
     for row in first["results"]:

@@ -68,7 +68,9 @@ def _profile(model, inputs, repeat: int, db_url: str | None, use_db: bool):
         realize.set_lookup(None)
     realize.clear_caches()
     model.reset_plans()
-    return model.profile(inputs, repeat=repeat)
+    profile = model.profile(inputs, repeat=repeat)
+    model(inputs)  # a warm call that DEBUG and GRAPH=1 show: the profile's calls are not traced
+    return profile
 
 
 def cmd_tune(args) -> int:
@@ -160,8 +162,8 @@ def cmd_run(args) -> int:
             raise UsageError(f"cannot read inputs {args.inputs}: {exc}") from None
     else:
         inputs = model.random_inputs(seed=0)
-    outputs = model(inputs)
     profile = model.profile(inputs, repeat=args.repeat)
+    outputs = model(inputs)  # after the profile's warm calls: DEBUG and GRAPH=1 show this one
     if args.outputs:
         np.savez(args.outputs, **outputs)
     summary = {"model": str(args.model), "device": args.device,
