@@ -92,7 +92,8 @@ def cmd_tune(args) -> int:
         from tunesearch.search.workers import study_storage
         report = tune_kernels(kernels, args.device, budget, sampler=args.sampler,
                               seed=args.seed, store=store, progress=not quiet,
-                              retune=args.retune, storage=_studies(study_storage, store.url))
+                              retune=args.retune, storage=_studies(study_storage, store.url),
+                              model=Path(args.model).stem)
     after = _profile(model, inputs, args.repeat, store.url, use_db=True)
     default_time = {k.key: t for k, t in before.kernels}
     total = sum(default_time.values()) or 1.0
