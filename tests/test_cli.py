@@ -84,6 +84,16 @@ def test_report_with_plot(tmp_path):
     png = tmp_path / "report.png"
     out = cli("report", "--db", db, "--plot", str(png), check=True).stdout
     assert "speed-up" in out and png.stat().st_size > 1000
+    # the tune registered its model, and every trial kept the time it was measured
+    (device,) = json.loads(cli("report", "--db", db, "--json", check=True).stdout).values()
+    (model,) = device["models"]
+    assert model["model"] == "example:tiny_cnn" and model["kernels"] == device["kernels"]
+    assert 0 < model["tuned_s"] and model["missing"] == 0
+    times = [t for t, _ in model["points"]]
+    assert times == sorted(times)
+    assert len(set(times)) >= len(times) - 2 > device["kernels"] + 2  # not one time per kernel
+    shares = [r["share"] for r in device["results"]]
+    assert shares == sorted(shares, reverse=True) and sum(shares) == pytest.approx(1.0)
 
 
 def test_tune_with_workers_then_status(tmp_path):
