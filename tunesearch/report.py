@@ -103,6 +103,15 @@ def kernel_shares(store, rows) -> dict[tuple[str, str], float]:
 
 
 def report(store, plot: str | None = None, as_json: bool = False) -> int:
+    """Print the report (a table, or JSON) and write the PNG to `plot`; returns the exit code
+    (2 with one line when --plot is asked for without matplotlib)."""
+    if plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("tunesearch: error: --plot needs matplotlib: pip install 'tunesearch[report]'",
+                  file=sys.stderr)
+            return 2
     rows = store.list_results()
     curves = model_curves(store, rows)
     shares = kernel_shares(store, rows)

@@ -10,6 +10,7 @@ Graphviz once, when the process exits.
 from __future__ import annotations
 
 import atexit
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Sequence
@@ -96,11 +97,6 @@ def record(run: KernelRun) -> None:
         _drawn.append(run)
 
 
-def runs() -> list[KernelRun]:
-    """The kernels GRAPH=1 draws now, in the order they ran."""
-    return list(_drawn)
-
-
 def save_graph() -> str | None:
     """Write the .dot file of the kernels drawn so far (GRAPH=1); returns its path. The picture
     is rendered when the process exits (`render_graph`)."""
@@ -119,4 +115,7 @@ def render_graph() -> None:
     """Render the last .dot written to SVG and PNG, and say in one line where they are."""
     if _saved:
         from tunesearch.runtime.graphviz import render
-        print(render(_saved[0]), file=sys.stderr)
+        try:
+            print(render(_saved[0]), file=sys.stderr)
+        except (OSError, subprocess.SubprocessError) as exc:  # at exit: one line, no traceback
+            print(f"GRAPH=1: wrote {_saved[0]}; rendering it failed: {exc}", file=sys.stderr)
