@@ -33,7 +33,8 @@ def dot_text(runs: Sequence[KernelRun], buffer_labels: dict[int, str] | None = N
     labels = buffer_labels or {}
     total = sum(run.seconds for run in runs)
     devices = ", ".join(dict.fromkeys(run.device for run in runs))
-    title = (f"{len(runs)} kernels on {devices}: {_time(total)} of kernel time, "
+    total_text = f"{total * 1e3:.3f} ms" if total >= 1e-3 else _time(total)
+    title = (f"{len(runs)} kernels on {devices}: {total_text} of kernel time, "
              f"{sum(run.tuned for run in runs)} tuned (green), in the order they ran")
     lines = ["digraph kernels {",
              f"  label={_quote(title)}; labelloc=t; rankdir=TB; nodesep=0.3; ranksep=0.35;",
