@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
+from tests.runtime.test_graph import kernel_nodes, parse_dot
 
-def cli(*args, db=None, check=False, timeout=600):
-    env = dict(os.environ)
+
+def cli(*args, db=None, check=False, timeout=600, **settings):
+    env = dict(os.environ, **settings)
     if db:
         env["TUNESEARCH_DB"] = db
     proc = subprocess.run([sys.executable, "-m", "tunesearch.cli", *args], capture_output=True,
@@ -23,8 +25,13 @@ def cli(*args, db=None, check=False, timeout=600):
 def test_tune_then_run_uses_the_tuned_kernels(tmp_path):
     db = f"sqlite:///{tmp_path / 'r.db'}"
     first = json.loads(cli("tune", "example:tiny_cnn", "--trials", "4", "--json", "--repeat",
-                           "3", db=db, check=True).stdout)
+                           "3", db=db, check=True, GRAPH="1",
+                           GRAPH_PATH=str(tmp_path / "g.dot")).stdout)
     assert first["kernels_tuned"] > 0
+    # GRAPH=1 draws the last model call of the run: the tuned one
+    boxes = kernel_nodes(parse_dot((tmp_path / "g.dot").read_text())[0])
+    assert len(boxes) == first["kernels"]
+    assert sum("  tuned\n" in b["label"] for b in boxes) == first["kernels_tuned"]
     assert first["kernels_tuned"] == first["kernels"] - sum(
         r["status"] == "failed" for r in first["results"])
     for row in first["results"]:
@@ -77,6 +84,16 @@ def test_report_with_plot(tmp_path):
     png = tmp_path / "report.png"
     out = cli("report", "--db", db, "--plot", str(png), check=True).stdout
     assert "speed-up" in out and png.stat().st_size > 1000
+    # the tune registered its model, and every trial kept the time it was measured
+    (device,) = json.loads(cli("report", "--db", db, "--json", check=True).stdout).values()
+    (model,) = device["models"]
+    assert model["model"] == "example:tiny_cnn" and model["kernels"] == device["kernels"]
+    assert 0 < model["tuned_s"] and model["missing"] == 0
+    times = [t for t, _ in model["points"]]
+    assert times == sorted(times)
+    assert len(set(times)) >= len(times) - 2 > device["kernels"] + 2  # not one time per kernel
+    shares = [r["share"] for r in device["results"]]
+    assert shares == sorted(shares, reverse=True) and sum(shares) == pytest.approx(1.0)
 
 
 def test_tune_with_workers_then_status(tmp_path):

@@ -60,8 +60,11 @@ def _open_store(url: str | None):
 
 
 def _profile(model, inputs, repeat: int, db_url: str | None, use_db: bool):
+    """Profile the model with tuned configs from db_url, or with every kernel's default."""
     from tunesearch.before_after import profile_with
-    return profile_with(model, inputs, repeat, db_url, use_db)
+    profile = profile_with(model, inputs, repeat, db_url, use_db)
+    model(inputs)  # a warm call that DEBUG and GRAPH=1 show: the profile's calls are not traced
+    return profile
 
 
 def cmd_tune(args) -> int:
@@ -83,7 +86,8 @@ def cmd_tune(args) -> int:
         from tunesearch.search.workers import study_storage
         report = tune_kernels(kernels, args.device, budget, sampler=args.sampler,
                               seed=args.seed, store=store, progress=not quiet,
-                              retune=args.retune, storage=_studies(study_storage, store.url))
+                              retune=args.retune, storage=_studies(study_storage, store.url),
+                              model=Path(args.model).stem)
     from tunesearch import before_after
     from tunesearch.runtime.device import get_device
     compared = before_after.measure(model, inputs, args.repeat, store.url)
@@ -92,6 +96,7 @@ def cmd_tune(args) -> int:
                                       before_after.losers(compared, report.results))
     if kept:  # the model again, with the defaults kept where the winners lost
         compared = before_after.measure(model, inputs, args.repeat, store.url)
+    model(inputs)  # a warm call with the tuned kernels, the one DEBUG and GRAPH=1 show
     default_time = {k.key: t for k, t in before.kernels}
     total = sum(default_time.values()) or 1.0
     rows = []
@@ -171,8 +176,8 @@ def cmd_run(args) -> int:
             raise UsageError(f"cannot read inputs {args.inputs}: {exc}") from None
     else:
         inputs = model.random_inputs(seed=0)
-    outputs = model(inputs)
     profile = model.profile(inputs, repeat=args.repeat)
+    outputs = model(inputs)  # after the profile's warm calls: DEBUG and GRAPH=1 show this one
     if args.outputs:
         np.savez(args.outputs, **outputs)
     summary = {"model": str(args.model), "device": args.device,

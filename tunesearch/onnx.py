@@ -196,14 +196,15 @@ class OnnxModel:
     def profile(self, inputs: Optional[dict[str, Any]] = None, repeat: int = 10) -> Profile:
         """Time whole calls, and each kernel where it runs in the sequence (after one warm-up
         call): medians of `repeat` runs. The launch overhead is the median, over every launch, of
-        the time around a launch less the time the device measured for the kernel."""
+        the time around a launch less the time the device measured for the kernel. These calls
+        are not traced (DEBUG=2, GRAPH=1): a traced call times its kernels one by one."""
         arrays = self._arrays(inputs or self.random_inputs())
         plan = self._plan({k: a.shape for k, a in arrays.items()})
-        plan.run(arrays)
+        plan.run(arrays, trace=False)
         calls = []
         for _ in range(repeat):
             start = time.perf_counter()
-            plan.run(arrays)
+            plan.run(arrays, trace=False)
             calls.append(time.perf_counter() - start)
         per_step: list[list[float]] = [[] for _ in plan.steps]
         overheads = []
@@ -247,7 +248,8 @@ class OnnxModel:
         if key not in self._plans:
             inputs, outs = self.trace(dict(key))
             self._plans[key] = Plan(get_device(self.device), inputs, outs,
-                                    [v.dtype for v in self.outputs])
+                                    [v.dtype for v in self.outputs],
+                                    [v.name for v in self.outputs])
         return self._plans[key]
 
     def trace(self, shapes: dict[str, tuple]) -> tuple[dict[str, Tensor], list[Any]]:

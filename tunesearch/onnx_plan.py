@@ -8,18 +8,17 @@ that writes the same size, so a deep model needs a few live activations, not one
 from __future__ import annotations
 
 import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tunesearch import settings
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import create_schedule, realize_target
-from tunesearch.runtime import realize
+from tunesearch.runtime import kernel_run, realize
 from tunesearch.runtime.device import Buffer, Device, Program
+from tunesearch.runtime.kernel_run import KernelRun
 from tunesearch.tensor import Tensor
 
 
@@ -37,8 +36,10 @@ class Plan:
     import) of a trace; compiled and given buffers on the first run."""
 
     def __init__(self, device: Device, inputs: dict[str, Tensor], outs: list[Any],
-                 out_dtypes: list[np.dtype]):
+                 out_dtypes: list[np.dtype], out_names: list[str] | None = None):
         self.device = device
+        self.out_names = out_names or [f"#{i}" for i in range(len(outs))]
+        self._shapes = {name: tuple(t.shape) for name, t in inputs.items()}
         self.input_buffers = {name: realize_target(t.node).realized for name, t in inputs.items()}
         self.input_dtypes = {name: t.dtype.np for name, t in inputs.items()}
         roots = [realize_target(v.node) or v.node for v in outs if isinstance(v, Tensor)]
@@ -76,8 +77,8 @@ class Plan:
                     free.setdefault((node.numel, node.dtype.name), []).append(node.realized)
         self.steps = steps
         self._launch = None  # bound on the first launch
-        if settings.debug() >= 1:
-            print(f"onnx plan: {len(steps)} kernels", file=sys.stderr)
+        kernel_run.print_schedule("model plan", [step.kernel for step in steps],
+                                  sum(step.choice.tuned for step in steps))
 
     def launch(self) -> None:
         if self._launch is None:
@@ -85,28 +86,18 @@ class Plan:
         self._launch()
         self.device.synchronize()
 
-    def run(self, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Copy the inputs in, run every kernel, copy the outputs out (in graph order)."""
+    def run(self, arrays: dict[str, np.ndarray], trace: bool = True) -> list[np.ndarray]:
+        """Copy the inputs in, run every kernel, copy the outputs out (in graph order). With
+        DEBUG=2 and up or GRAPH=1 each kernel is timed and recorded, unless `trace` is False
+        (a timing loop)."""
         if len(self.steps) != len(self.items):
             self._prepare()
         device = self.device
         for name, buffer in self.input_buffers.items():
             device.copyin(buffer, np.ascontiguousarray(arrays[name], self.input_dtypes[name])
                           .reshape(-1))
-        debug, graph = settings.debug(), settings.graph()
-        if debug >= 2 or graph:
-            for step in self.steps:
-                seconds = step.program.timed(step.buffers)
-                realize.ran_kernels.append((step.kernel, device.name, seconds))
-                if debug >= 2:
-                    print(realize.debug_line(step.kernel, device.name, step.choice, seconds),
-                          file=sys.stderr)
-                if debug >= 3:
-                    print(f"    config: {step.choice.config}", file=sys.stderr)
-            device.synchronize()
-            if graph:
-                from tunesearch.runtime.graphviz import write_graph
-                write_graph(realize.ran_kernels)
+        if trace and kernel_run.tracing():
+            self._traced_launch()
         else:
             self.launch()
         results = []
@@ -117,6 +108,31 @@ class Plan:
                 array = device.copyout(root.realized)[:value.numel()].reshape(value.shape)
             results.append(array.astype(dtype, copy=False))
         return results
+
+    def _traced_launch(self) -> None:
+        """Run every kernel timed, recording each (see `runtime.kernel_run`)."""
+        labels = {buffer.serial: f"input '{name}' {_dims(self._shapes[name])}"
+                  for name, buffer in self.input_buffers.items()}
+        for name, (_, value, root) in zip(self.out_names, self._outs):
+            if root is not None and root.realized is not None:
+                labels.setdefault(root.realized.serial, f"output '{name}' {_dims(value.shape)}")
+        written = {step.buffers[0].serial for step in self.steps}
+        for step in self.steps:  # the rest of what comes from the host: initializers, folds
+            for buffer in step.buffers[1:]:
+                if buffer.serial not in written:
+                    labels.setdefault(buffer.serial, "constant")
+        kernel_run.begin_call(labels)
+        name = self.device.name
+        for step in self.steps:
+            seconds = step.program.timed(step.buffers)
+            kernel_run.record(KernelRun.of(step.kernel, name, seconds, step.choice.config,
+                                           step.choice.tuned, step.buffers))
+        self.device.synchronize()
+        kernel_run.save_graph()
+
+
+def _dims(shape) -> str:
+    return "x".join(map(str, shape)) or "scalar"
 
 
 def compile_all(device: Device, work: list[tuple[Kernel, Any]]) -> None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import datetime, timezone
 
 import pytest
 from rich.console import Console
 
 from tests.search.kernels import add, matmul
 from tunesearch.db import Store
+from tunesearch.db.leases import model_kernels
 from tunesearch.runtime.device import get_device
 from tunesearch.search import (Budget, RichProgress, SimulatedMeasurer, TuneError, summary_table,
                                tune_kernels)
@@ -53,6 +55,21 @@ def test_each_kernel_once_and_the_budget_goes_where_the_time_is():
     assert mm.gflops == pytest.approx(MM.flops / mm.time_s / 1e9)
     assert mm.gbps == pytest.approx(MM.bytes / mm.time_s / 1e9)
     assert report.device_key == get_device("cpu").info().key
+
+
+def test_trials_keep_when_they_were_measured_and_the_model_its_kernels(store):
+    start = datetime.now(timezone.utc)
+    tune_kernels([MM, ELEMENTWISE, MM], "cpu", Budget(trials=8), store=store, progress=False,
+                 measurer=simulated(), model="net")
+    end = datetime.now(timezone.utc)
+    device_key = get_device("cpu").info().key
+    for kernel in (MM, ELEMENTWISE):
+        trials = store.trials(kernel.key, device_key)
+        when = [t.created for t in trials]
+        assert len(trials) >= 2 and all(start <= w <= end for w in when)
+        assert when == sorted(when) and len(set(when)) == len(when)  # one time per trial
+    assert [(m.model, m.kernel_key, m.occurrences) for m in model_kernels(store)] == \
+        [("net", MM.key, 2), ("net", ELEMENTWISE.key, 1)]
 
 
 def test_results_are_stored_then_skipped_unless_retune(store):

@@ -143,4 +143,4 @@ def trial_from_row(row: Row) -> TrialRecord | None:
     if config is None:
         log.warning("ignoring a stored trial whose config is not a JSON object: %.80r", row.config)
         return None
-    return TrialRecord(row.number, config, row.time_s, row.error)
+    return TrialRecord(row.number, config, row.time_s, row.error, getattr(row, "created", None))

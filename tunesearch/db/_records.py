@@ -68,6 +68,9 @@ class TrialRecord:
     config: dict
     time_s: float | None
     error: str | None
+    # when it was measured (recorded without one: when it is recorded); not part of what a trial
+    # is, so equal trials from two histories compare equal (as when merging)
+    created: datetime | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,17 @@ class WorkItem:
 
 
 @dataclass(frozen=True)
+class ModelKernel:
+    """A kernel that a tuning run of `model` registered on a device, and how often it runs."""
+
+    model: str
+    device_key: str
+    kernel_key: str
+    kernel_name: str
+    occurrences: int
+
+
+@dataclass(frozen=True)
 class Claim:
     """A lease held by a worker. `trials` were measured by its earlier holders; `taken_over`
     says the previous holder's lease expired (it died) rather than being released."""
@@ -199,10 +210,7 @@ class LeaseBoard:
             now = database_now(connection)
             tuned = self._tuned(connection, device_key, [item.kernel_key for item in items])
             for item in items:
-                connection.execute(insert(Work).values(
-                    model=model, kernel_key=item.kernel_key, device_key=device_key,
-                    kernel_name=item.kernel_name, occurrences=item.occurrences,
-                    registered=now).on_conflict_do_nothing())
+                _insert_work(connection, insert, now, model, device_key, item)
                 done = item.kernel_key in tuned and not retune
                 for slot in range(item.slots):
                     connection.execute(insert(Lease).values(
@@ -359,3 +367,34 @@ class LeaseBoard:
             stmt = stmt.where(Lease.device_key == device_key)
         rows = self.store._read(lambda connection: connection.execute(stmt).all())
         return [ClaimRow(*row) for row in rows]
+
+
+# -- models ------------------------------------------------------------------------------------
+
+def _insert_work(connection: Connection, insert, now: datetime, model: str, device_key: str,
+                 item: WorkItem) -> None:
+    connection.execute(insert(Work).values(
+        model=model, kernel_key=item.kernel_key, device_key=device_key,
+        kernel_name=item.kernel_name, occurrences=item.occurrences,
+        registered=now).on_conflict_do_nothing())
+
+
+def register_model(store: Store, model: str, device_key: str, items: Sequence[WorkItem]) -> None:
+    """Record which kernels `model` runs on `device_key`, and how often, without leases: a run
+    that tunes them in its own process needs none. `tunesearch report` draws a model from this."""
+    insert = store._backend.insert
+
+    def work(connection: Connection) -> None:
+        now = database_now(connection)
+        for item in items:
+            _insert_work(connection, insert, now, model, device_key, item)
+
+    store._write(work)
+
+
+def model_kernels(store: Store) -> list[ModelKernel]:
+    """Every (model, device, kernel) a tuning run registered, in the order they were registered."""
+    stmt = select(Work.model, Work.device_key, Work.kernel_key, Work.kernel_name,
+                  Work.occurrences).order_by(Work.id)
+    rows = store._read(lambda connection: connection.execute(stmt).all())
+    return [ModelKernel(*row) for row in rows]

@@ -207,14 +207,16 @@ class Store:
             device_id = _queries.upsert_device(connection, insert, device, now, now)
             stored = _queries.offer_result(connection, insert, kernel_id, device_id, result,
                                            result.created or now, replace)
-            _queries.add_trials(connection, kernel_id, device_id, [(t, now) for t in trials])
+            _queries.add_trials(connection, kernel_id, device_id,
+                                [(t, t.created or now) for t in trials])
             return stored
 
         return self._write(work)
 
     def trials(self, kernel_key: str, device_key: str) -> list[TrialRecord]:
-        """The trial history of a kernel on a device, in trial-number order."""
-        stmt = (select(*_queries.TRIAL_COLUMNS).select_from(Trial)
+        """The trial history of a kernel on a device, in trial-number order, each with the time
+        it was measured (or, for a history recorded before trials kept theirs, recorded)."""
+        stmt = (select(*_queries.TRIAL_COLUMNS, Trial.created).select_from(Trial)
                 .join(Kernel, Kernel.id == Trial.kernel_id)
                 .join(Device, Device.id == Trial.device_id)
                 .where(Kernel.key == kernel_key, Device.key == device_key)

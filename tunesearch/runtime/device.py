@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import itertools
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -58,6 +59,9 @@ class DeviceInfo:
         return dict(self.fingerprint)
 
 
+_buffer_serials = itertools.count()
+
+
 @dataclass
 class Buffer:
     device: str
@@ -67,6 +71,10 @@ class Buffer:
     # the address of a host buffer or the pointer of device memory, taken once: reading it from
     # numpy costs ~1 us a launch
     address: int | None = field(default=None, repr=False, compare=False)
+    # unique in the process and never reused (an id() is, once a buffer is freed): DEBUG and
+    # GRAPH tell buffers apart by it
+    serial: int = field(default_factory=lambda: next(_buffer_serials), repr=False,
+                        compare=False)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Running a schedule: tuned configs looked up, programs cached, DEBUG lines and GRAPH recorded.
+"""Running a schedule: tuned configs looked up, programs cached, each kernel that ran recorded
+for DEBUG and GRAPH (`kernel_run`).
 
 For each kernel the best config for this device key is looked up once per process (a miss, an
 invalid record or a database error falls back to the heuristic default: a lookup never makes a
@@ -15,7 +16,9 @@ from typing import Callable, Optional
 from tunesearch import settings
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import ScheduleItem
+from tunesearch.runtime import kernel_run
 from tunesearch.runtime.device import Device, Program, get_device
+from tunesearch.runtime.kernel_run import KernelRun
 from tunesearch.space.config import Config, ConfigError
 from tunesearch.space.space import space_for
 
@@ -30,8 +33,6 @@ class Choice:
 Lookup = Callable[[Kernel, Device], Optional[dict]]
 _choices: dict[tuple[str, str], Choice] = {}
 _programs: dict[tuple[str, str, Config], Program] = {}
-# for GRAPH=1: (kernel, device, seconds, id of the node it realized, ids of the nodes it read)
-ran_kernels: list[tuple[Kernel, str, float, int, tuple[int, ...]]] = []
 
 
 def _default_lookup(kernel: Kernel, device: Device) -> Optional[dict]:
@@ -112,10 +113,8 @@ def get_program(kernel: Kernel, device: Device, config: Config) -> Program:
 
 def run_schedule(items: list[ScheduleItem]) -> None:
     """Run every kernel of a schedule, in order, realizing each item's output node."""
-    debug = settings.debug()
-    if debug >= 1 and items:
-        names = " ".join(item.kernel.name for item in items)
-        print(f"schedule: {len(items)} kernel{'s' * (len(items) != 1)}: {names}", file=sys.stderr)
+    kernel_run.print_schedule("schedule", [item.kernel for item in items])
+    traced = kernel_run.tracing()
     for item in items:
         device = get_device(item.out.device)
         kernel = item.kernel
@@ -123,27 +122,15 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         program = get_program(kernel, device, choice.config)
         out = device.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
         buffers = [out] + [node.realized for node in item.inputs]
-        if debug >= 2 or settings.graph():
+        if traced:
             seconds = program.timed(buffers)
-            ran_kernels.append((kernel, device.name, seconds, id(item.out),
-                                tuple(id(n) for n in item.inputs)))
-            if debug >= 2:
-                print(debug_line(kernel, device.name, choice, seconds), file=sys.stderr)
-            if debug >= 3:
-                print(f"    config: {choice.config}", file=sys.stderr)
+            kernel_run.record(KernelRun.of(kernel, device.name, seconds, choice.config,
+                                           choice.tuned, buffers))
         else:
             program(buffers)
         item.out.realized = out
-    if settings.graph() and items:
-        from tunesearch.runtime.graphviz import write_graph
-        write_graph(ran_kernels)
-
-
-def debug_line(kernel: Kernel, device: str, choice: Choice, seconds: float) -> str:
-    seconds = max(seconds, 1e-9)
-    return (f"{device:<9} {kernel.name:<28} launch {'x'.join(map(str, kernel.out_shape or (1,))):<16}"
-            f" {seconds * 1e6:10.1f} us {kernel.flops / seconds / 1e9:9.2f} GFLOPS"
-            f" {kernel.bytes / seconds / 1e9:8.2f} GB/s  {'tuned' if choice.tuned else 'default'}")
+    if items:
+        kernel_run.save_graph()
 
 
 def timed_run(fn: Callable[[], None]) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from tunesearch.space.config import Config
@@ -90,6 +91,7 @@ class Trial:
     number: int
     result: MeasureResult
     measured: bool
+    finished: datetime | None = None  # when it was answered (UTC), kept with its measurement
 
 
 @dataclass(frozen=True)

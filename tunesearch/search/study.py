@@ -16,6 +16,7 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
 import optuna
@@ -143,7 +144,7 @@ class _Search:
         self.since_new = 0
 
     def record(self, number: int, result: MeasureResult, measured: bool) -> None:
-        self.trials.append(Trial(number, result, measured))
+        self.trials.append(Trial(number, result, measured, datetime.now(timezone.utc)))
         if result.error != "invalid":
             self.history.setdefault(result.config, result)
         if not measured:

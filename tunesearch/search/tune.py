@@ -104,7 +104,7 @@ def _save(store, device: Device, job: _Job, result: KernelResult,
             if t.measured:
                 error = f"{t.result.error}: {t.result.message}"[:500] if t.result.error else None
                 trials.append(TrialRecord(t.number, json.loads(t.result.config.to_json()),
-                                          t.result.time_s, error))
+                                          t.result.time_s, error, t.finished))
     record = ResultRecord(  # 0.0 stands for "unknown": the default config did not run
         config=json.loads(result.config.to_json()), time_s=result.time_s,
         spread=result.spread, gflops=result.gflops, gbps=result.gbps,
@@ -169,13 +169,16 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
                  sampler: str = DEFAULT_SAMPLER, seed: int = 0, store=None,
                  progress: bool | Progress = True, retune: bool = False,
                  on_result: Callable[[KernelResult], None] | None = None, *,
-                 measurer: Measurer | None = None, storage: str | None = None) -> TuneReport:
+                 measurer: Measurer | None = None, storage: str | None = None,
+                 model: str = "") -> TuneReport:
     """Tune every unique kernel on device; returns a TuneReport (see the module docstring).
 
     store: a tunesearch.db.Store to skip known kernels and save winners (None: save nothing).
     progress: True draws with rich on stderr, False is quiet, or a Progress of your own.
     measurer: DeviceMeasurer(device, seed=seed) unless given (e.g. a SimulatedMeasurer).
     storage: an Optuna storage URL for the studies (None: in memory).
+    model: a name under which the store remembers these kernels and their occurrences, for
+    `tunesearch report` to draw the model (as `run_workers` does).
     Raises TuneError, with one line for the user, for an unavailable device, a zero budget, an
     unknown sampler or a read-only store, before anything is measured.
     """
@@ -195,6 +198,10 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
     measurer = measurer or DeviceMeasurer(dev, seed=seed)
     jobs = [_Job(kernel, n, space_for(kernel, info.target)) for kernel, n in
             unique_kernels(kernels)]
+    if store is not None and model:
+        from tunesearch.db.leases import WorkItem, register_model
+        register_model(store, model, info.key,
+                       [WorkItem(j.kernel.key, j.kernel.name, j.occurrences) for j in jobs])
     results: dict[str, KernelResult] = {}
     notes: list[str] = []
     interrupted = False
