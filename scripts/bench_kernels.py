@@ -100,7 +100,7 @@ def sweep_configs(space, threads: int):
     if gemm is not None:
         row, col, _ = gemm
         lanes = target.lanes()
-        blocks = [(r, v * lanes) for r in (2, 3, 4, 5, 6, 8, 12) for v in range(1, 7)
+        blocks = [(r, v * lanes) for r in (4, 6, 8) for v in range(1, 5)
                   if cpu_model.registers_needed(r, v, False) <= target.vector_registers]
         packs = {(), base.get("pack"), packable(k)}
         ktiles = {0, space._model_ktile(base)}

@@ -82,7 +82,8 @@ def build_cpu_library(kernel: Kernel, configs: list[Config], folder: Path,
     from tunesearch.space.lower_cpu import HEADER, render_cpu
     parts = [HEADER]
     for i, config in enumerate(configs):
-        parts.append(render_cpu(kernel, config, f"v{i}").replace(HEADER, ""))
+        parts.append(render_cpu(kernel, config, f"v{i}", level_target(level).vector_bytes)
+                     .replace(HEADER, ""))
     src = folder / f"{kernel.key}{opt}{level or ''}.c"
     lib = folder / f"{kernel.key}{opt}{level or ''}.so"
     src.write_text("\n".join(parts))

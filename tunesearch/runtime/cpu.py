@@ -112,7 +112,8 @@ class CPUDevice(Device):
 
     def render(self, kernel: Kernel, config: Config) -> Source:
         name = kernel.name
-        return Source(render_cpu(kernel, config, name), name, kernel.key, len(kernel.buffers))
+        return Source(render_cpu(kernel, config, name, self.isa.vector_bytes), name, kernel.key,
+                      len(kernel.buffers))
 
     def compile(self, source: Source) -> bytes:
         cc, version = compiler()

@@ -7,8 +7,9 @@ A matmul-like kernel keeps a register block of rows x columns accumulators. Per 
 reduce it loads the columns as vectors of the second operand and broadcasts one value of the
 first operand per row, then issues rows x column-vectors FMAs:
 
-- registers: rows * vectors accumulators + vectors operand registers + the broadcasts must fit
-  the register file, or the compiler spills accumulators to the stack every step;
+- registers: rows * vectors accumulators + vectors operand registers + the broadcasts (two in
+  flight) must fit the register file, or the compiler spills accumulators to the stack every
+  step;
 - latency: at least fma_units * fma_latency independent accumulators keep the FMA pipes busy;
 - among the blocks that fit, the one with the most FMAs per load (rows * vectors / (rows +
   vectors)) needs the least load bandwidth from L1; ties go to the block that wastes the least
@@ -44,8 +45,9 @@ class RegisterBlock:
 def registers_needed(rows: int, vectors: int, row_panel: bool) -> int:
     """Vector registers a rows x vectors block holds live in its inner loop. Rows read from a
     packed panel are loaded together and broadcast from registers (one register each, as GCC
-    does); rows read in place are broadcast from memory one at a time (one register)."""
-    return rows * vectors + vectors + (rows if row_panel else 1)
+    does); rows read in place are broadcast from memory one at a time, two registers: one
+    feeding its FMAs while the next is loaded (with one, each row waits for the last)."""
+    return rows * vectors + vectors + (rows if row_panel else 2)
 
 
 def register_block(target: Target, itemsize: int = 4, rows_max: int = MAX_BLOCK_ROWS,

@@ -381,9 +381,9 @@ class CPUSpace(Space):
         matmul: the register block of the model; the column side packed (every row block
         reads it again; a panel makes its sliver one contiguous stream), and so is any operand
         read with a stride along the vector lanes (a convolution's windows); the column blocks
-        outermost while a column sliver of the whole reduce stays in L2 (BLIS's jr loop around
-        ir), else a k tile sized for L1 with the row blocks outermost (the row sliver resident
-        in L1, the tile's panel streaming past it)."""
+        outermost while a column and a row sliver of the whole reduce stay in L2 together
+        (BLIS's jr loop around ir), else a k tile sized for L1 with the row blocks outermost
+        (the row sliver resident in L1, the tile's panel streaming past it)."""
         k, target = self.kernel, self.target
         n_out, domain = k.n_out, k.domain
         upcast = [1] * n_out
@@ -410,10 +410,12 @@ class CPUSpace(Space):
                 upcast[row] = min(block.rows, domain[row])
                 upcast[col] = min(block.columns, domain[col])
                 unroll = 4
+                # per column block the column sliver stays in L2 while the rows stream past
+                # it: both slivers of the whole reduce must fit there together
                 reduce_size = prod(domain[n_out:])
-                sliver = reduce_size * upcast[col] * itemsize
+                slivers = reduce_size * (upcast[col] + upcast[row]) * itemsize
                 first = col
-                if not cpu_model.fits(target.l2, sliver):
+                if not cpu_model.fits(target.l2, slivers):
                     tile = self._model_ktile(Config.make(upcast=tuple(upcast)))
                     if tile < domain[n_out]:
                         ktile, first = tile, row
