@@ -229,8 +229,9 @@ class CPUSpace(Space):
     def neighbours(self, config: Config) -> list[Config]:
         """Configs one step from config along the knobs that matter most on a CPU: one
         register row or vector column more or less, the k tile halved, doubled or switched,
-        one operand's packing flipped, the loop order turned. The search measures these right
-        after the default, before it samples more widely."""
+        one operand's packing flipped, another block loop outermost, the unroll halved or
+        doubled. The search measures these right after the default, before it samples more
+        widely."""
         k = self.kernel
         out: list[Config] = []
         upcast = list(config.get("upcast"))
@@ -259,9 +260,11 @@ class CPUSpace(Space):
             out.append(config.replace(pack=pack))
         order = config.get("order")
         real = [a for a in order if k.domain[a] > 1]
-        if len(real) >= 2:
-            swapped = (real[1], real[0]) + tuple(a for a in order if a not in real[:2])
-            out.append(config.replace(order=swapped))
+        for axis in real[1:]:  # another block loop outermost
+            out.append(config.replace(order=(axis,) + tuple(a for a in order if a != axis)))
+        if k.n_reduce:
+            unroll = config.get("unroll")
+            out += [config.replace(unroll=u) for u in (unroll // 2, unroll * 2) if 1 <= u <= 8]
         seen = {config}
         result = []
         for c in out:
