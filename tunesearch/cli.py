@@ -4,7 +4,8 @@
     tunesearch run  model.onnx --device cpu      # later runs load them by themselves
 
 Every expected failure (a missing file, a model that is not ONNX, an unknown device, an
-unreachable database...) is one line on stderr and exit code 2, never a traceback.
+unreachable database...) is a `tunesearch.errors.UserError`: one line on stderr and exit code 2,
+never a traceback. Any other exception is a bug: exit code 1 and one line that says so.
 """
 from __future__ import annotations
 
@@ -15,11 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tunesearch.errors import ArgumentParser, UsageError, run_command
+
 EXAMPLES = Path(__file__).parent / "examples"
-
-
-class UsageError(Exception):
-    """A bad argument: one line for the user."""
 
 
 def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
@@ -224,7 +223,7 @@ def cmd_dashboard(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from tunesearch import __version__
-    parser = argparse.ArgumentParser(prog="tunesearch", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="tunesearch", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"tunesearch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -287,29 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def expected_errors() -> tuple[type[BaseException], ...]:
-    from tunesearch.db import DatabaseError
-    from tunesearch.onnx import OnnxImportError
-    from tunesearch.runtime.device import CompileError, DeviceUnavailable
-    from tunesearch.search import TuneError
-    from tunesearch.space.config import ConfigError
-    from tunesearch.tensor import ShapeError
-    return (UsageError, DatabaseError, OnnxImportError, DeviceUnavailable, CompileError,
-            TuneError, ConfigError, ShapeError, ValueError, OSError)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args) or 0
-    except KeyboardInterrupt:
-        print("tunesearch: interrupted; every result found so far is saved", file=sys.stderr)
-        return 130
-    except expected_errors() as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"tunesearch: error: {message}", file=sys.stderr)
-        return 2
+    """Run the command line; returns the exit code (0, 2 for an expected failure, 1 for a bug,
+    130 for Ctrl-C: see `tunesearch.errors.run_command`)."""
+    args = build_parser().parse_args(argv)
+    return run_command(lambda: args.func(args))
 
 
 if __name__ == "__main__":

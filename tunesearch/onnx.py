@@ -31,6 +31,7 @@ from onnx import numpy_helper
 
 from tunesearch import onnx_nn, onnx_shape  # noqa: F401  (register their operators)
 from tunesearch import settings
+from tunesearch.errors import InputError
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import ScheduleItem
 from tunesearch.onnx_ops import (OPS, ModelNotFoundError, NodeContext, NotOnnxError,
@@ -229,7 +230,7 @@ class OnnxModel:
         unknown = sorted(set(feeds) - set(names))
         missing = [n for n in names if n not in feeds]
         if unknown or missing:
-            raise ValueError(f"the model's inputs are {names}" +
+            raise InputError(f"the model's inputs are {names}" +
                              (f"; missing {missing}" if missing else "") +
                              (f"; unknown {unknown}" if unknown else ""))
         arrays = {}
@@ -237,7 +238,7 @@ class OnnxModel:
             array, accepts = np.asarray(feeds[v.name]), self._accepts[v.name]
             if len(array.shape) != len(accepts) or any(
                     d is not None and d != s for d, s in zip(accepts, array.shape)):
-                raise ValueError(f"input '{v.name}' has shape {array.shape}; the model takes "
+                raise InputError(f"input '{v.name}' has shape {array.shape}; the model takes "
                                  f"{tuple('?' if d is None else d for d in accepts)}")
             arrays[v.name] = array
         return arrays

@@ -92,18 +92,22 @@ class Plan:
                           .reshape(-1))
         debug, graph = settings.debug(), settings.graph()
         if debug >= 2 or graph:
+            ran = []
             for step in self.steps:
                 seconds = step.program.timed(step.buffers)
-                realize.ran_kernels.append((step.kernel, device.name, seconds))
+                # buffers stand for the nodes here: a recycled one is drawn from its latest writer
+                ran.append((step.kernel, device.name, seconds, id(step.buffers[0]),
+                            tuple(id(b) for b in step.buffers[1:])))
                 if debug >= 2:
                     print(realize.debug_line(step.kernel, device.name, step.choice, seconds),
                           file=sys.stderr)
                 if debug >= 3:
                     print(f"    config: {step.choice.config}", file=sys.stderr)
             device.synchronize()
-            if graph:
+            realize.ran_kernels.extend(ran)
+            if graph:  # this call's kernels: every call of a plan runs the same ones
                 from tunesearch.runtime.graphviz import write_graph
-                write_graph(realize.ran_kernels)
+                write_graph(ran)
         else:
             self.launch()
         results = []

@@ -7,7 +7,8 @@
                                                              [--unseen-days D]
 
 Each takes `--db URL` (a SQLAlchemy URL or a SQLite file; default `$TUNESEARCH_DB`, else the
-cache file). An error prints one line on stderr and exits with status 2.
+cache file). An error is a `DatabaseError` (a `tunesearch.errors.UserError`): the command line
+prints its one line on stderr and exits with status 2.
 """
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ from tunesearch.db._errors import DatabaseError
 from tunesearch.db._migrations import head_revision
 from tunesearch.db._records import ResultRecord
 from tunesearch.db.store import Store
-
-EXIT_ERROR = 2
+from tunesearch.errors import ArgumentParser, run_command
 
 
 def _short(key: str, width: int = 16) -> str:
@@ -192,11 +192,7 @@ def _console() -> Console:
 
 def _runner(handler: Handler) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        try:
-            handler(args, _console())
-        except DatabaseError as err:
-            print(f"tunesearch db {args.db_command}: {err}", file=sys.stderr)
-            raise SystemExit(EXIT_ERROR) from None
+        handler(args, _console())
         return 0
 
     return run
@@ -205,12 +201,13 @@ def _runner(handler: Handler) -> Callable[[argparse.Namespace], int]:
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the `db` command group to an argparse subparsers object; returns its parser.
 
-    Each subcommand sets `args.func`, which runs it and returns 0 (or raises SystemExit(2)).
+    Each subcommand sets `args.func`, which runs it and returns 0; its failures are raised
+    (`DatabaseError`), for the caller to report (`tunesearch.errors.run_command`).
     """
     db_parser = subparsers.add_parser("db", help="look into, share and maintain the result "
                                       "database", description=__doc__.split("\n\n")[0])
     commands = db_parser.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = ArgumentParser(add_help=False)
     common.add_argument("--db", metavar="URL", default=None,
                         help="database URL or SQLite file (default: $TUNESEARCH_DB, else "
                              "~/.cache/tunesearch/tunesearch.db)")
@@ -223,10 +220,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run `db` commands without the rest of the CLI: `python -m tunesearch.db.commands db ls`."""
-    parser = argparse.ArgumentParser(prog="tunesearch")
+    parser = ArgumentParser(prog="tunesearch")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return args.func(args)
+    return run_command(lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tunesearch.errors import UserError
 from tunesearch.graph.dtypes import DType
 from tunesearch.graph.kernel import Kernel
 from tunesearch.space.config import Config
@@ -28,12 +29,14 @@ DEVICES: dict[str, str] = {
 }
 
 
-class DeviceUnavailable(RuntimeError):
+class DeviceUnavailable(UserError, RuntimeError):
     """The device cannot be used here; the message says why and what to install."""
 
 
 class CompileError(RuntimeError):
-    """The device's compiler rejected a source; the message holds its log."""
+    """The device's compiler rejected a source; the message holds its log. Not a `UserError`:
+    tunesearch generates every source, so one that does not compile is tunesearch's bug (in a
+    search it is data: the candidate fails)."""
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunesearch.errors import UserError
 from tunesearch.space.config import Config
 
 # why a candidate failed; the order is the order reports list them in
 ERROR_KINDS = ("compile", "crash", "timeout", "wrong", "invalid")
 
 
-class TuneError(RuntimeError):
+class TuneError(UserError, RuntimeError):
     """Tuning cannot start: an unavailable device, a zero budget, an unknown sampler.
 
     The message is one line meant for the user, never a traceback.
