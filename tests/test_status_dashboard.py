@@ -19,7 +19,7 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 
 from tests.search.kernels import add
-from tunesearch.db import DeviceRecord, KernelRecord, ResultRecord, Store
+from tunesearch.db import DatabaseError, DeviceRecord, KernelRecord, ResultRecord, Store
 from tunesearch.db.leases import DONE, FAILED, LeaseBoard, WorkItem
 from tunesearch.runtime.device import get_device
 from tunesearch.search import Budget, SimulatedMeasurer, tune_kernels
@@ -95,6 +95,7 @@ def test_status_shows_done_running_stalled_waiting_failed_per_device_and_model(u
 
 
 def test_status_of_a_database_without_runs(tmp_path):
+    Store(tmp_path / "empty.db").close()
     info = status(f"sqlite:///{tmp_path / 'empty.db'}")
     assert info["devices"] == []
     out = io.StringIO()
@@ -142,3 +143,9 @@ def test_dashboard_serves_the_studies_of_a_database_on_loopback(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_status_only_reads(tmp_path):
+    with pytest.raises(DatabaseError, match="no such file"):
+        status(f"sqlite:///{tmp_path / 'none.db'}")
+    assert list(tmp_path.iterdir()) == []  # looking created nothing

@@ -16,10 +16,9 @@ otherwise imports nothing else of tunesearch) may derive its own errors from it.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import traceback
-from typing import Callable, NoReturn
+from typing import Callable
 
 
 def one_line(text: object) -> str:
@@ -80,13 +79,3 @@ def _debug_level() -> int:
         return settings.debug()
     except UserError:
         return 0
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse, with a bad argument reported as one line (and exit 2) instead of the usage
-    block and the error: every expected failure of the command line reads the same."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)",
-              file=sys.stderr)
-        raise SystemExit(EXIT_USER_ERROR)

@@ -7,8 +7,25 @@ import math
 import statistics
 from collections import defaultdict
 
+from tunesearch.arguments import check_new_file
+from tunesearch.errors import UsageError
+
+
+def check_plot(path: str) -> None:
+    """Refuse a plot that cannot be drawn or written, before any work: matplotlib must be
+    installed and the file's folder must exist."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib, which is not installed: "
+                         "pip install 'tunesearch[report]'") from None
+    check_new_file(path, "--plot")
+
 
 def report(store, plot: str | None = None, as_json: bool = False) -> int:
+    """Print each device's speed-ups (a table, or JSON) and draw `plot` if given; returns 0."""
+    if plot:
+        check_plot(plot)
     rows = store.list_results()
     by_device: dict[str, list] = defaultdict(list)
     for row in rows:
@@ -81,4 +98,9 @@ def _plot(store, rows, path: str) -> None:
     bars.set_xlabel("speed-up over the default config")
     bars.set_title("per kernel")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as err:
+        raise UsageError(f"cannot write the plot {path}: {err.strerror or err}") from None
+    finally:
+        plt.close(fig)

@@ -7,6 +7,7 @@ both win or lose a faster result, on SQLite and PostgreSQL alike.
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
@@ -123,12 +124,26 @@ def device_from_row(row: Row) -> DeviceRecord:
     return DeviceRecord(row.key, row.backend, row.name, load_json_object(row.fingerprint) or {})
 
 
+def _number(value: Any, positive: bool = False) -> bool:
+    """A finite, non-negative number (positive, for a best time) as a row must hold it."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) \
+        and math.isfinite(value) and (value > 0 if positive else value >= 0)
+
+
 def result_from_row(row: Row) -> ResultRecord | None:
-    """The record of a results row; None (with a warning) when its config is not a JSON object."""
+    """The record of a results row; None (with a warning) when its config is not a JSON object
+    or its numbers are not what a measurement gives (a best time that is not positive and finite
+    would pin the kernel forever: only a strictly faster result replaces it)."""
     config = load_json_object(row.config)
     if config is None:
         log.warning("ignoring a stored result whose config is not a JSON object: %.80r",
                     row.config)
+        return None
+    if not _number(row.time_s, positive=True) or not all(
+            _number(value) for value in (row.spread, row.gflops, row.gbps, row.default_time_s,
+                                         row.speedup, row.trials)):
+        log.warning("ignoring a stored result whose time is not a positive, finite number: "
+                    "time_s=%r", row.time_s)
         return None
     return ResultRecord(
         config=config, time_s=row.time_s, spread=row.spread, gflops=row.gflops, gbps=row.gbps,

@@ -7,7 +7,8 @@
                                                              [--unseen-days D]
 
 Each takes `--db URL` (a SQLAlchemy URL or a SQLite file; default `$TUNESEARCH_DB`, else the
-cache file). An error is a `DatabaseError` (a `tunesearch.errors.UserError`): the command line
+cache file). ls, show, stats and export only read: they open the database read-only and write
+nothing, not even a schema into an empty file. An error is a `DatabaseError` (a `tunesearch.errors.UserError`): the command line
 prints its one line on stderr and exits with status 2.
 """
 from __future__ import annotations
@@ -27,7 +28,8 @@ from tunesearch.db._errors import DatabaseError
 from tunesearch.db._migrations import head_revision
 from tunesearch.db._records import ResultRecord
 from tunesearch.db.store import Store
-from tunesearch.errors import ArgumentParser, run_command
+from tunesearch.arguments import MAX_DAYS, ArgumentParser, integer, number
+from tunesearch.errors import run_command
 
 
 def _short(key: str, width: int = 16) -> str:
@@ -39,7 +41,7 @@ def _when(result: ResultRecord) -> str:
 
 
 def _ls(args: argparse.Namespace, console: Console) -> None:
-    with Store(args.db) as store:
+    with Store(args.db, readonly=True) as store:
         rows = store.list_results(args.device)
     table = Table(title=f"best results in {store.where}", title_justify="left", box=None,
                   header_style="bold underline", pad_edge=False)
@@ -60,7 +62,7 @@ def _ls(args: argparse.Namespace, console: Console) -> None:
 
 
 def _show(args: argparse.Namespace, console: Console) -> None:
-    with Store(args.db) as store:
+    with Store(args.db, readonly=True) as store:
         details = store.show(args.key)
     if not details:
         raise DatabaseError(f"no kernel key starts with {args.key!r} in {store.where}")
@@ -89,7 +91,7 @@ def _show(args: argparse.Namespace, console: Console) -> None:
 
 
 def _stats(args: argparse.Namespace, console: Console) -> None:
-    with Store(args.db) as store:
+    with Store(args.db, readonly=True) as store:
         stats = store.stats()
     table = Table(show_header=False, title="result database", title_justify="left")
     table.add_column("what")
@@ -102,7 +104,7 @@ def _stats(args: argparse.Namespace, console: Console) -> None:
 
 
 def _export(args: argparse.Namespace, console: Console) -> None:
-    with Store(args.db) as store:
+    with Store(args.db, readonly=True) as store:
         count = store.export(args.file)
     console.print(f"exported {count} result(s) from {store.where} to {args.file}")
 
@@ -158,9 +160,11 @@ def _add_merge(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_prune(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--space-version-below", type=int, metavar="N",
+    parser.add_argument("--space-version-below", type=integer("--space-version-below", 0,
+                                                              2 ** 31 - 1), metavar="N",
                         help="remove kernels whose search-space version is below N")
-    parser.add_argument("--unseen-days", type=float, metavar="D",
+    parser.add_argument("--unseen-days", type=number("--unseen-days", 0.0, MAX_DAYS,
+                                                     include_minimum=True), metavar="D",
                         help="remove devices not seen for D days")
 
 

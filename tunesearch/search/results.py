@@ -121,7 +121,8 @@ class KernelResult:
     database already had a result; skipped), "failed" (no config ran correctly),
     "interrupted" (stopped by Ctrl-C; the best so far is kept), "skipped" (the run stopped
     before this kernel). speedup is default_time_s / time_s; gflops and gbps come from the
-    kernel's flops and bytes over time_s.
+    kernel's flops and bytes over time_s. saved says the store kept it as the new best (it
+    keeps a stored result that is at least as fast); save_error, why writing it failed.
     """
     kernel_key: str
     name: str
@@ -141,6 +142,7 @@ class KernelResult:
     stopped_by: str = ""
     saved: bool = False
     message: str = ""
+    save_error: str = ""  # why a result found was not saved (the database refused it)
 
     def as_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}

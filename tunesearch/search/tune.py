@@ -26,6 +26,7 @@ from tunesearch.search.progress import Progress, RichProgress
 from tunesearch.search.results import (Budget, KernelResult, MeasureResult, SearchResult,
                                        TuneError, TuneReport)
 from tunesearch.search.samplers import DEFAULT_SAMPLER, SAMPLERS
+from tunesearch.search.saving import check_writable
 from tunesearch.search.study import search_kernel
 from tunesearch.space.config import SPACE_VERSION, Config, ConfigError
 from tunesearch.space.space import Space, space_for
@@ -48,10 +49,13 @@ class _Job:
 
 
 def unique_kernels(kernels: Iterable) -> list[tuple[Kernel, int]]:
-    """(kernel, occurrences) by key, in order of first appearance; schedule items are accepted."""
+    """(kernel, occurrences) by key, in order of first appearance; schedule items are accepted.
+    A kernel with an empty output (a zero-size tensor) computes nothing and is left out."""
     counts: dict[str, list] = {}
     for item in kernels:
         kernel = getattr(item, "kernel", item)
+        if kernel.buffers[0].size == 0:
+            continue
         if kernel.key in counts:
             counts[kernel.key][1] += 1
         else:
@@ -150,8 +154,9 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
     progress: True draws with rich on stderr, False is quiet, or a Progress of your own.
     measurer: DeviceMeasurer(device, seed=seed) unless given (e.g. a SimulatedMeasurer).
     storage: an Optuna storage URL for the studies (None: in memory).
-    Raises TuneError, with one line for the user, for an unavailable device, a zero budget, an
-    unknown sampler or a read-only store, before anything is measured.
+    Raises TuneError, with one line for the user, for an unavailable device, a zero budget or an
+    unknown sampler, and DatabaseError for a store that cannot be written, before anything is
+    measured. A result the store refuses later is reported with its save_error.
     """
     problem = budget.problem()
     if problem:
@@ -160,8 +165,8 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
         raise TuneError(f"unknown sampler {sampler!r}; known samplers: {', '.join(SAMPLERS)}")
     dev = _device(device)
     info = dev.info()
-    if store is not None and getattr(store, "readonly", False):
-        raise TuneError(f"cannot save: database {getattr(store, 'where', store)} is read-only")
+    if store is not None:
+        check_writable(store, dev)  # refused now, not after the search
     start = time.monotonic()
     view = progress if isinstance(progress, Progress) else \
         RichProgress() if progress else Progress()
@@ -213,7 +218,7 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
                 try:
                     result = _save(store, dev, job, result, search)
                 except DatabaseError as exc:
-                    result = replace(result, message=f"not saved: {exc}")
+                    result = replace(result, message=f"not saved: {exc}", save_error=str(exc))
             finish(result)
             if result.status == "interrupted":
                 interrupted = True
