@@ -41,7 +41,8 @@ def report(store, plot: str | None = None, as_json: bool = False) -> int:
                          "time_s": r.result.time_s, "default_s": r.result.default_time_s,
                          "speedup": r.result.speedup, "gflops": r.result.gflops,
                          "gbps": r.result.gbps, "trials": r.result.trials,
-                         "sampler": r.result.sampler} for r in items]}
+                         "sampler": r.result.sampler, "verified": r.result.verified}
+                        for r in items]}
     if as_json:
         print(json.dumps(summary, indent=2))
     else:

@@ -191,7 +191,8 @@ def parse(document: Any, source: str) -> Exchange:
             sampler=read.field(entry, "sampler", (str,), where),
             tunesearch_version=read.field(entry, "tunesearch_version", (str,), where),
             host=read.field(entry, "host", (str,), where),
-            created=read.moment(entry, "created", where))
+            created=read.moment(entry, "created", where),
+            verified=False)  # measured elsewhere, whatever the file says
         results.append((*owner(entry, where), result))
     trials = []
     for i, entry in enumerate(read.entries(document, "trials")):

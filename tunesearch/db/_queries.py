@@ -11,7 +11,7 @@ import math
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from sqlalchemy import Connection, Row, case, insert, select
+from sqlalchemy import Connection, Row, and_, case, false, insert, or_, select, true
 
 from tunesearch.db._models import Device, Kernel, Result, Trial
 from tunesearch.db._records import (
@@ -27,7 +27,7 @@ KERNEL_COLUMNS = (Kernel.key, Kernel.name, Kernel.canonical, Kernel.ops, Kernel.
 DEVICE_COLUMNS = (Device.key, Device.backend, Device.name, Device.fingerprint)
 RESULT_COLUMNS = (Result.config, Result.time_s, Result.spread, Result.gflops, Result.gbps,
                   Result.default_time_s, Result.speedup, Result.trials, Result.sampler,
-                  Result.tunesearch_version, Result.host, Result.created)
+                  Result.tunesearch_version, Result.host, Result.created, Result.verified)
 TRIAL_COLUMNS = (Trial.number, Trial.config, Trial.time_s, Trial.error)
 
 
@@ -72,19 +72,29 @@ def upsert_device(connection: Connection, dialect_insert: Insert, device: Device
 
 
 def offer_result(connection: Connection, dialect_insert: Insert, kernel_id: int, device_id: int,
-                 result: ResultRecord, created: datetime) -> bool:
-    """Store `result` unless the stored one is at least as fast; True if it was stored."""
+                 result: ResultRecord, created: datetime, *, supersede: bool = False) -> bool:
+    """Store `result` unless the stored one is at least as fast; True if it was stored.
+
+    A verified result (measured here) also replaces an unverified one however fast that claims
+    to be, and any result replaces a stored time that no measurement gives (zero, negative,
+    NULL): neither may pin a kernel. `supersede` replaces whatever is stored (the caller found
+    it unusable: a config that does not parse or no longer fits the kernel's space).
+    """
     values = dict(
         config=dump_json_object(result.config, "result config"), time_s=result.time_s,
         spread=result.spread, gflops=result.gflops, gbps=result.gbps,
         default_time_s=result.default_time_s, speedup=result.speedup, trials=result.trials,
         sampler=result.sampler, tunesearch_version=result.tunesearch_version, host=result.host,
-        created=created)
+        created=created, verified=bool(result.verified))
     stmt = dialect_insert(Result).values(kernel_id=kernel_id, device_id=device_id, **values)
+    replaces = or_(Result.time_s > stmt.excluded.time_s, Result.time_s <= 0,
+                   Result.time_s.is_(None),
+                   and_(stmt.excluded.verified, Result.verified.is_not(True)),
+                   true() if supersede else false())
     stmt = stmt.on_conflict_do_update(
         index_elements=[Result.kernel_id, Result.device_id],
         set_={name: stmt.excluded[name] for name in values},
-        where=Result.time_s > stmt.excluded.time_s,
+        where=replaces,
     ).returning(Result.id)
     return connection.execute(stmt).first() is not None
 
@@ -149,7 +159,7 @@ def result_from_row(row: Row) -> ResultRecord | None:
         config=config, time_s=row.time_s, spread=row.spread, gflops=row.gflops, gbps=row.gbps,
         default_time_s=row.default_time_s, speedup=row.speedup, trials=row.trials,
         sampler=row.sampler, tunesearch_version=row.tunesearch_version, host=row.host,
-        created=row.created)
+        created=row.created, verified=bool(row.verified))
 
 
 def trial_from_row(row: Row) -> TrialRecord | None:

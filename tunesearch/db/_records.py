@@ -44,7 +44,11 @@ class DeviceRecord:
 
 @dataclass(frozen=True)
 class ResultRecord:
-    """The best measured config of a kernel on a device; `spread` is relative (IQR / median)."""
+    """The best measured config of a kernel on a device; `spread` is relative (IQR / median).
+
+    `verified` is False for a result that came in through `import_` or `merge`: its time was
+    measured elsewhere, and the next search of its kernel measures it again.
+    """
 
     config: dict
     time_s: float
@@ -58,6 +62,8 @@ class ResultRecord:
     tunesearch_version: str = field(default_factory=_tunesearch_version)
     host: str = field(default_factory=socket.gethostname)
     created: datetime | None = None  # set when read back
+    # measured by a search that saved it in this database (an imported or merged result is not)
+    verified: bool = True
 
 
 @dataclass(frozen=True)

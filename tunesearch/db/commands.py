@@ -85,6 +85,9 @@ def _show(args: argparse.Namespace, console: Console) -> None:
                     ("search", f"{result.trials} trials, {result.sampler}"),
                     ("recorded", f"{_when(result)} on {result.host or '?'} with tunesearch "
                                  f"{result.tunesearch_version}"),
+                    ("verified", "yes: measured here by `tunesearch tune`" if result.verified
+                     else "no: imported or merged; the next `tunesearch tune` of this kernel "
+                          "on this device measures it again"),
                     ("config", json.dumps(result.config, sort_keys=True))):
                 grid.add_row(name, value)
             console.print(Padding(grid, (0, 0, 1, 2)))

@@ -22,12 +22,16 @@ configs and fingerprints are JSON objects (data, never code)::
      "results": [{"kernel": "k_3f2a...", "device": "d_91c0...", "config": {...},
                   "time_s": 0.0012, "spread": 0.02, "gflops": 41.5, "gbps": 3.1,
                   "default_time_s": 0.004, "speedup": 3.3, "trials": 200, "sampler": "tpe",
-                  "tunesearch_version": "0.1.0", "host": "box", "created": "..."}],
+                  "tunesearch_version": "0.1.0", "host": "box", "created": "...",
+                  "verified": true}],
      "trials": [{"kernel": "k_3f2a...", "device": "d_91c0...", "number": 0, "config": {...},
                  "time_s": 0.004, "error": null, "created": "..."}]}
 
 Importing keeps the faster of the stored and the imported result per (kernel, device), adds the
-trials not already stored, and refuses (changing nothing) a file of another format or version.
+trials not already stored, and refuses (changing nothing) a file of another format or version, or
+one whose numbers no measurement gives (a time of zero, an integer past 64 bits). An imported or
+merged result is not verified here (`verified` in the file is informational): the next search of
+its kernel on this device measures it again, and its result replaces the imported one.
 """
 from __future__ import annotations
 
@@ -197,9 +201,20 @@ class Store:
         row = self._read(lambda connection: connection.execute(stmt).first())
         return None if row is None else _queries.result_from_row(row)
 
+    def has_result(self, kernel_key: str, device_key: str) -> bool:
+        """Whether a results row exists for the kernel on exactly this device key, readable or
+        not (`lookup` skips a row whose config or time is not what tunesearch writes)."""
+        stmt = (select(Result.id).select_from(Result)
+                .join(Kernel, Kernel.id == Result.kernel_id)
+                .join(Device, Device.id == Result.device_id)
+                .where(Kernel.key == kernel_key, Device.key == device_key))
+        return self._read(lambda connection: connection.execute(stmt).first()) is not None
+
     def record(self, kernel: KernelRecord, device: DeviceRecord, result: ResultRecord,
-               trials: Sequence[TrialRecord] = ()) -> bool:
-        """Store `result` if it beats the stored best (strictly faster); True if it was stored.
+               trials: Sequence[TrialRecord] = (), *, supersede: bool = False) -> bool:
+        """Store `result` if it beats the stored best (strictly faster), or the stored one is
+        not verified and this one is; True if it was stored. `supersede` stores it whatever
+        is stored (for a caller that found the stored config unusable).
 
         The trials are appended to the history either way; the device's last_seen is updated.
         """
@@ -213,7 +228,7 @@ class Store:
             kernel_id = _queries.upsert_kernel(connection, insert, kernel)
             device_id = _queries.upsert_device(connection, insert, device, now, now)
             stored = _queries.offer_result(connection, insert, kernel_id, device_id, result,
-                                           result.created or now)
+                                           result.created or now, supersede=supersede)
             _queries.add_trials(connection, kernel_id, device_id, [(t, now) for t in trials])
             return stored
 

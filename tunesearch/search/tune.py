@@ -27,8 +27,9 @@ from tunesearch.search.results import (Budget, KernelResult, MeasureResult, Sear
                                        TuneError, TuneReport)
 from tunesearch.search.samplers import DEFAULT_SAMPLER, SAMPLERS
 from tunesearch.search.saving import check_writable
+from tunesearch.search.trust import Stored, stored_result, weigh_claimed
 from tunesearch.search.study import search_kernel
-from tunesearch.space.config import SPACE_VERSION, Config, ConfigError
+from tunesearch.space.config import SPACE_VERSION, Config
 from tunesearch.space.space import Space, space_for
 
 
@@ -38,6 +39,7 @@ class _Job:
     occurrences: int
     space: Space
     default: MeasureResult | None = None
+    stored: Stored = Stored()  # what the store holds for it (see search/trust.py)
 
     @property
     def weight(self) -> float:
@@ -116,18 +118,13 @@ def _save(store, device: Device, job: _Job, result: KernelResult,
     saved = store.record(
         KernelRecord(kernel.key, kernel.name, kernel.canonical(), kernel.ops_summary(),
                      "x".join(map(str, kernel.domain)), SPACE_VERSION),
-        DeviceRecord(info.key, info.backend, info.name, info.as_dict()), record, trials=trials)
+        DeviceRecord(info.key, info.backend, info.name, info.as_dict()), record, trials=trials,
+        supersede=job.stored.supersede)
     return replace(result, saved=bool(saved))
 
 
-def _stored(job: _Job, record, space: Space) -> KernelResult | None:
-    """The store's result as this run's, or None when its config no longer fits the space."""
-    try:
-        config = Config.from_json(record.config)
-    except ConfigError:
-        return None
-    if space.validate(config) is not None:
-        return None
+def _stored(job: _Job, record, config: Config) -> KernelResult:
+    """The store's result (its config validated by search/trust.py) as this run's."""
     return KernelResult(job.kernel.key, job.kernel.name, "stored", job.occurrences, config,
                         record.time_s, record.spread, record.gflops, record.gbps,
                         record.default_time_s or None, record.speedup or None, record.trials,
@@ -187,14 +184,12 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
     try:
         todo = []
         for job in jobs:
-            known = store.lookup(job.kernel.key, info.key) if store is not None and not retune \
-                else None
-            stored = _stored(job, known, job.space) if known is not None else None
-            if known is not None and stored is None:
-                notes.append(f"the stored config of {job.kernel.name} no longer fits its space; "
-                             "tuning it again")
-            if stored is not None:
-                finish(stored)
+            if store is not None and not retune:
+                job.stored = stored_result(store, job.kernel, info.key, job.space)
+                if job.stored.note:
+                    notes.append(job.stored.note)
+            if job.stored.skip:
+                finish(_stored(job, job.stored.record, job.stored.config))
             else:
                 todo.append(job)
         for i, job in enumerate(todo):
@@ -214,6 +209,8 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
                 notes += [n for n in search.notes if n not in notes]
                 if trials_left is not None:
                     trials_left = max(0, trials_left - search.measured)
+            if job.stored.claimed is not None and result.status != "interrupted":
+                result = weigh_claimed(job.kernel, job.stored.claimed, measurer, result)
             if store is not None and result.time_s is not None:
                 try:
                     result = _save(store, dev, job, result, search)
