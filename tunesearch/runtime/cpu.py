@@ -68,6 +68,7 @@ def _isa(flags: str) -> str:
 
 class CPUDevice(Device):
     name = "cpu"
+    host_memory = True
 
     def __init__(self):
         compiler()  # fail early, with the install hint

@@ -88,6 +88,9 @@ class Program:
 
 class Device(ABC):
     name: str
+    # buffers are host memory that kernels address directly (the runner fences them with guard
+    # pages, see search/_guarded.py); a Buffer's handle is then its numpy array
+    host_memory: bool = False
 
     @abstractmethod
     def info(self) -> DeviceInfo: ...
