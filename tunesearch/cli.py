@@ -116,7 +116,7 @@ def cmd_tune(args) -> int:
                      "share": default_time.get(r.kernel_key, 0.0) * r.occurrences / total,
                      "default_s": r.default_time_s, "tuned_s": r.time_s, "speedup": r.speedup,
                      "gflops": r.gflops, "gbps": r.gbps, "trials": r.trials,
-                     "failures": dict(r.failures)})
+                     "stopped_by": r.stopped_by, "failures": dict(r.failures)})
     summary = {"model": str(args.model), "device": args.device, "device_key": report.device_key,
                "database": store.where, "latency_before_s": before.latency,
                "latency_after_s": after.latency, "speedup": before.latency / after.latency,

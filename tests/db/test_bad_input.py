@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import uuid
 
 import psycopg
@@ -48,12 +47,10 @@ def _closed_port() -> int:
 
 def test_an_unreachable_server_is_named_without_its_password():
     url = f"postgresql://tuner:s3cret-pw@127.0.0.1:{_closed_port()}/tunesearch"
-    started = time.monotonic()
     with pytest.raises(DatabaseError, match="cannot connect to database") as caught:
         Store(url)
     message = _one_line_naming(caught, "127.0.0.1")
     assert "s3cret-pw" not in message
-    assert time.monotonic() - started < 20
 
 
 def test_a_read_only_sqlite_uri_allows_lookups_but_not_saving(tmp_path, make):
