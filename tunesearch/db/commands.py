@@ -8,8 +8,9 @@
 
 Each takes `--db URL` (a SQLAlchemy URL or a SQLite file; default `$TUNESEARCH_DB`, else the
 cache file). ls, show, stats and export only read: they open the database read-only and write
-nothing, not even a schema into an empty file. An error is a `DatabaseError` (a `tunesearch.errors.UserError`): the command line
-prints its one line on stderr and exits with status 2.
+nothing, not even a schema into an empty file. An error is a `DatabaseError` (a
+`tunesearch.errors.UserError`): the command line prints its one line on stderr and exits with
+status 2.
 """
 from __future__ import annotations
 
