@@ -19,6 +19,7 @@ a kernel with an empty output computes nothing.
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -51,6 +52,7 @@ __all__ = ["load", "OnnxModel", "ValueInfo", "GraphInfo", "Profile", "OnnxImport
            "supported_operators"]
 
 ONNX_DOMAINS = ("", "ai.onnx")
+MAX_ELEMENTS = 2 ** 31 - 1  # generated kernels index buffers with 32-bit ints
 
 
 @dataclass(frozen=True)
@@ -378,5 +380,9 @@ def _bind_inputs(declared: list, given: dict[str, tuple]) -> tuple[list[ValueInf
         if any(d < 0 for d in bound[v.name]):
             raise OnnxImportError(f"input '{v.name}' has shape {bound[v.name]}: a dimension is "
                                   "a size, never negative")
+        if math.prod(bound[v.name]) > MAX_ELEMENTS:
+            raise OnnxImportError(f"input '{v.name}' has shape {bound[v.name]}: more than "
+                                  f"{MAX_ELEMENTS} elements, which kernels cannot index "
+                                  "(32-bit indices)")
         out.append(ValueInfo(v.name, bound[v.name], _elem_dtype(v)))
     return out, symbols

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import uuid
 
 import psycopg
@@ -140,3 +141,17 @@ def test_a_postgresql_role_without_write_rights_can_look_up_but_not_save(pg_url,
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f"DROP OWNED BY {role}")
             admin.execute(f"DROP ROLE {role}")
+
+
+def test_export_never_replaces_what_is_not_a_regular_file(tmp_path, make):
+    # writing goes to FILE.partial, then replaces FILE: a device or a pipe must not be replaced
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with Store(tmp_path / "results.db") as store:
+        store.record(make.kernel(), make.device(), make.result())
+        for target in (pipe, tmp_path):
+            with pytest.raises(DatabaseError, match="not a regular file") as caught:
+                store.export(target)
+            _one_line_naming(caught, str(target))
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe", "results.db"]

@@ -280,8 +280,10 @@ class Store:
 
     def export(self, path: str | os.PathLike) -> int:
         """Write every kernel, device, result and trial to a JSON file; returns the results."""
-        document = self._snapshot()
         target = Path(path)
+        if target.exists() and not target.is_file():  # a folder, a device: never replaced
+            raise DatabaseError(f"cannot write {target}: it exists and is not a regular file")
+        document = self._snapshot()
         partial = target.with_name(target.name + ".partial")
         try:
             partial.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n",

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 
 from tunesearch import settings
+from tunesearch.errors import SettingError
 
 
 def write_graph(ran: list) -> str:
@@ -26,7 +27,11 @@ def write_graph(ran: list) -> str:
             lines.append(f"  {producer.get(node, f'b{node}')} -> k{i};")
         producer[out] = f"k{i}"
     lines.append("}")
-    path.write_text("\n".join(lines) + "\n")
+    try:
+        path.write_text("\n".join(lines) + "\n")
+    except OSError as err:
+        raise SettingError(f"GRAPH=1 cannot write {path} (GRAPH_PATH): "
+                           f"{err.strerror or err}") from None
     dot = shutil.which("dot")
     if dot:
         for fmt in ("svg", "png"):
