@@ -2,11 +2,12 @@
 
 Every expected failure derives from `UserError`; its message is one line that names the input and
 says what is wrong. The command line turns a `UserError` into that line on stderr and exit code 2,
-in one place (`tunesearch.cli.main`); any other exception is a bug in tunesearch and ends with
-exit code 1 and a line saying so (the traceback with DEBUG=1).
+in one place (`run_command`, through which `tunesearch.cli.main` runs every command); any other
+exception is a bug in tunesearch and ends with exit code 1 and a line saying so (the traceback
+with DEBUG=1).
 
-This module imports nothing from tunesearch, so every layer (the database layer included, which
-otherwise imports nothing else of tunesearch) may derive its own errors from it.
+This module imports nothing from tunesearch when it is imported, so every layer (the database
+layer included, which otherwise imports nothing else of tunesearch) may derive its errors from it.
 
     from tunesearch.errors import UserError
     try:
