@@ -301,7 +301,8 @@ def _cli(*args: str, env: dict | None = None, cwd: Path | None = None
                           text=True, env=full_env, timeout=TIMEOUT_S, cwd=cwd)
 
 
-def test_a_store_failure_during_tune_ends_non_zero_with_a_count(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_store_failure_during_tune_ends_non_zero_with_a_count(tmp_path, workers):
     model = tmp_path / "relu.onnx"
     onnx.save(_relu_model([2, 8]), model)
     path = tmp_path / "full.db"
@@ -311,7 +312,7 @@ def test_a_store_failure_during_tune_ends_non_zero_with_a_count(tmp_path):
                            "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
     connection.close()
     proc = _cli("tune", str(model), "--db", str(path), "--trials", "2", "--repeat", "1",
-                "--quiet")
+                "--quiet", "--workers", workers)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
