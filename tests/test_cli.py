@@ -3,16 +3,22 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 
+import numpy as np
+import onnxruntime
 import pytest
 
 from tests.runtime.test_graph import kernel_nodes, parse_dot
+from tunesearch.cli import EXAMPLES
 
 
-def cli(*args, db=None, check=False, timeout=600, **settings):
-    env = dict(os.environ, **settings)
+def cli(*args, db=None, check=False, timeout=600, env=None, **settings):
+    env = dict(os.environ, **(env or {}), **settings)
     if db:
         env["TUNESEARCH_DB"] = db
     proc = subprocess.run([sys.executable, "-m", "tunesearch.cli", *args], capture_output=True,
@@ -36,16 +42,83 @@ def test_tune_then_run_uses_the_tuned_kernels(tmp_path):
         r["status"] == "failed" for r in first["results"])
     for row in first["results"]:
         if row["status"] == "tuned":
-            assert row["tuned_s"] > 0 and row["speedup"] >= 0.5
+            assert row["tuned_s"] > 0
+            assert row["speedup"] == pytest.approx(row["default_s"] / row["tuned_s"])
     second = json.loads(cli("tune", "example:tiny_cnn", "--trials", "4", "--json", "--repeat",
                             "3", db=db, check=True).stdout)
     assert all(r["status"] == "stored" for r in second["results"])
-    run = json.loads(cli("run", "example:tiny_cnn", "--json", "--repeat", "3", db=db,
-                         check=True).stdout)
+    # the tuned kernels compute what onnxruntime computes, on inputs of our own
+    model = EXAMPLES / "tiny_cnn.onnx"
+    session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    [spec] = session.get_inputs()
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", **{spec.name: x})
+    run = json.loads(cli("run", "example:tiny_cnn", "--json", "--repeat", "3", "--inputs",
+                         str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"),
+                         db=db, check=True).stdout)
     assert run["kernels_tuned"] == first["kernels_tuned"]
     assert run["latency_s"] > 0
+    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, {spec.name: x})))
+    with np.load(tmp_path / "out.npz") as got:
+        assert sorted(got.files) == sorted(expected)
+        for name, value in expected.items():
+            np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-5)
+    # TUNESEARCH_NODB=1: the same database is there, and not used
+    untuned = json.loads(cli("run", "example:tiny_cnn", "--json", "--repeat", "1", db=db,
+                             env={"TUNESEARCH_NODB": "1"}, check=True).stdout)
+    assert untuned["kernels_tuned"] == 0 and untuned["kernels"] == run["kernels"]
     ls = cli("db", "ls", "--db", db, check=True).stdout
     assert "r_" in ls
+
+
+def test_time_budget_and_patience_end_the_search_before_the_trials(tmp_path):
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    out = json.loads(cli("tune", "example:tiny_cnn", "--trials", "100000", "--patience", "3",
+                         "--time-budget", "60", "--json", "--repeat", "2", db=db,
+                         check=True).stdout)
+    tuned = [r for r in out["results"] if r["status"] == "tuned"]
+    assert tuned and out["seconds"] > 0
+    for row in tuned:  # never the trial budget: patience, the clock, or a swept space
+        assert row["stopped_by"] in ("patience", "seconds", "exhausted", "stalled"), row
+        assert row["trials"] < 100000
+
+
+def test_ctrl_c_keeps_what_was_found_and_exits_130(tmp_path):
+    path = tmp_path / "r.db"
+    env = dict(os.environ, TUNESEARCH_DB=str(path))
+    # a few trials per kernel: the first kernels are saved within seconds, the rest still wait
+    tune = subprocess.Popen([sys.executable, "-m", "tunesearch.cli", "tune", "example:tiny_cnn",
+                             "--trials", "6", "--json", "--repeat", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 600
+        while _results(path) == 0 and time.monotonic() < deadline and tune.poll() is None:
+            time.sleep(0.5)
+        assert _results(path) >= 1, "no kernel was saved before the deadline"
+        tune.send_signal(signal.SIGINT)
+        stdout, stderr = tune.communicate(timeout=300)
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+    assert tune.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    summary = json.loads(stdout)
+    assert summary["interrupted"]
+    statuses = [r["status"] for r in summary["results"]]
+    assert "skipped" in statuses  # stopped before the end
+    # every kernel found so far, the interrupted one's best included, is in the database
+    found = [r for r in summary["results"] if r["tuned_s"] is not None]
+    assert len(found) >= 1 and _results(path) == len(found)
+
+
+def _results(path) -> int:
+    if not path.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as connection:
+            return connection.execute("SELECT count(*) FROM results").fetchone()[0]
+    except sqlite3.Error:  # not created yet
+        return 0
 
 
 @pytest.mark.parametrize("args,message", [
@@ -103,3 +176,20 @@ def test_tune_with_workers_then_status(tmp_path):
     assert out["kernels_tuned"] > 0
     status = json.loads(cli("status", "--db", db, "--json", check=True).stdout)
     assert "tiny_cnn" in json.dumps(status)
+
+
+def test_graph_1_draws_the_kernels_of_a_model_run(tmp_path):
+    dot = tmp_path / "kernels.dot"
+    env = dict(os.environ, GRAPH="1", GRAPH_PATH=str(dot), TUNESEARCH_NODB="1")
+    proc = subprocess.run([sys.executable, "-m", "tunesearch.cli", "run", "example:tiny_cnn",
+                           "--repeat", "1"], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    text = dot.read_text()
+    kernels = [line for line in text.splitlines() if line.strip().startswith("k")
+               and "label=" in line]
+    assert len(kernels) == 13  # the tiny CNN's kernels, each once
+    edges = [line.strip().rstrip(";").split(" -> ") for line in text.splitlines() if "->" in line]
+    # every kernel but the first reads what an earlier kernel wrote
+    for i in range(1, 13):
+        assert any(dst == f"k{i}" and src.startswith("k") and int(src[1:]) < i
+                   for src, dst in edges), i

@@ -11,15 +11,19 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 from rich.console import Console
+from sqlalchemy import create_engine, select, update
 from sqlalchemy.engine import make_url
 
 from tests.search.kernels import add
-from tunesearch.db import DeviceRecord, KernelRecord, ResultRecord, Store
+from tunesearch.db import DatabaseError, DeviceRecord, KernelRecord, ResultRecord, Store
+from tunesearch.db._engine import normalize_url
+from tunesearch.db._models import Lease
 from tunesearch.db.leases import DONE, FAILED, LeaseBoard, WorkItem
 from tunesearch.runtime.device import get_device
 from tunesearch.search import Budget, SimulatedMeasurer, tune_kernels
@@ -46,6 +50,18 @@ def url(request, tmp_path):
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def _age_claims(url: str, worker: str, ago: timedelta) -> None:
+    """Move a worker's claims back in time, as if it had claimed them `ago` earlier."""
+    engine = create_engine(normalize_url(url))
+    with engine.begin() as connection:
+        for row in connection.execute(select(Lease.id, Lease.claimed_at, Lease.heartbeat,
+                                             Lease.expires_at).where(Lease.worker == worker)):
+            connection.execute(update(Lease).where(Lease.id == row.id).values(
+                claimed_at=row.claimed_at - ago, heartbeat=row.heartbeat - ago,
+                expires_at=row.expires_at - ago))
+    engine.dispose()
+
+
 def _record(store: Store, kernel_key: str, device_key: str) -> None:
     store.record(KernelRecord(kernel_key, "add", "store(b0)", "add", "64", 1),
                  DeviceRecord(device_key, "cpu", "Test CPU", {"threads": 2}),
@@ -67,8 +83,8 @@ def test_status_shows_done_running_stalled_waiting_failed_per_device_and_model(u
         board.finish(done, DONE, trials=5)
         failed = board.claim("hostB:22:bb", "dev1", ["k3"])
         board.finish(failed, FAILED, trials=3, message="no config ran correctly")
-        LeaseBoard(store, ttl_s=0.05).claim("hostC:33:cc", "dev2", ["k1"])  # then it dies
-        time.sleep(0.2)
+        board.claim("hostC:33:cc", "dev2", ["k1"])  # then it dies, and an hour passes
+    _age_claims(url, "hostC:33:cc", timedelta(hours=1))
     info = status(url)
     dev1, dev2 = sorted(info["devices"], key=lambda d: d["device_key"])
     assert (dev1["device_name"], dev1["kernels"]) == ("Test CPU", 4)
@@ -81,11 +97,15 @@ def test_status_shows_done_running_stalled_waiting_failed_per_device_and_model(u
             models["net_b"]["waiting"]) == (2, 1, 1)
     [lease] = dev1["in_progress"]
     assert (lease["kernel"], lease["worker"], lease["stalled"]) == ("mm", running.worker, False)
-    assert 0 <= lease["running_s"] < 30 and 0 < lease["expires_in_s"] <= 30
+    # both measured against the same clock: together they are the lease's time to live
+    assert lease["running_s"] >= 0 and lease["expires_in_s"] > 0
+    assert lease["running_s"] + lease["expires_in_s"] == pytest.approx(30, abs=1e-3)
     assert dev1["failed_kernels"] == [{"kernel": "relu", "kernel_key": "k3",
                                        "message": "no config ran correctly"}]
     assert (dev2["kernels"], dev2["stalled"], dev2["running"]) == (1, 1, 0)
-    assert dev2["in_progress"][0]["stalled"] and dev2["in_progress"][0]["expires_in_s"] < 0
+    stalled = dev2["in_progress"][0]
+    assert stalled["stalled"] and stalled["expires_in_s"] < 0
+    assert stalled["running_s"] + stalled["expires_in_s"] == pytest.approx(30, abs=1e-3)
     json.dumps(info)  # ready for --json
     out = io.StringIO()
     print_status(info, Console(file=out, width=200))
@@ -95,6 +115,7 @@ def test_status_shows_done_running_stalled_waiting_failed_per_device_and_model(u
 
 
 def test_status_of_a_database_without_runs(tmp_path):
+    Store(tmp_path / "empty.db").close()
     info = status(f"sqlite:///{tmp_path / 'empty.db'}")
     assert info["devices"] == []
     out = io.StringIO()
@@ -142,3 +163,9 @@ def test_dashboard_serves_the_studies_of_a_database_on_loopback(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_status_only_reads(tmp_path):
+    with pytest.raises(DatabaseError, match="no such file"):
+        status(f"sqlite:///{tmp_path / 'none.db'}")
+    assert list(tmp_path.iterdir()) == []  # looking created nothing

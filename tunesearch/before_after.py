@@ -131,6 +131,6 @@ def keep_defaults(store, device, kernels: dict, results) -> list[str]:
             speedup=1.0, trials=r.trials, sampler=f"{r.sampler}; default kept in the model")
         store.record(kernel_record(kernel),
                      DeviceRecord(info.key, info.backend, info.name, info.as_dict()), record,
-                     replace=True)
+                     supersede=True)
         done.append(kernel.key)
     return done

@@ -4,7 +4,8 @@
     tunesearch run  model.onnx --device cpu      # later runs load them by themselves
 
 Every expected failure (a missing file, a model that is not ONNX, an unknown device, an
-unreachable database...) is one line on stderr and exit code 2, never a traceback.
+unreachable database...) is a `tunesearch.errors.UserError`: one line on stderr and exit code 2,
+never a traceback. Any other exception is a bug: exit code 1 and one line that says so.
 """
 from __future__ import annotations
 
@@ -15,11 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tunesearch.arguments import ArgumentParser, count, integer, seconds, SEED_LIMIT
+from tunesearch.errors import UsageError, run_command
+
 EXAMPLES = Path(__file__).parent / "examples"
-
-
-class UsageError(Exception):
-    """A bad argument: one line for the user."""
 
 
 def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
@@ -27,10 +27,14 @@ def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
     try:
         if not sep or not name:
             raise ValueError
-        return name, tuple(int(d) for d in dims.lower().split("x"))
+        shape = tuple(int(d) for d in dims.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--input-shape takes NAME=DIMS like input=1x3x224x224, got {text!r}") from None
+    if any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"--input-shape {text}: a dimension is a size, never "
+                                         "negative")
+    return name, shape
 
 
 def resolve_model(text: str) -> Path:
@@ -44,6 +48,8 @@ def resolve_model(text: str) -> Path:
     path = Path(text)
     if not path.exists():
         raise UsageError(f"model file not found: {text}")
+    if not path.is_file():
+        raise UsageError(f"model {text} is a folder, not an .onnx file")
     return path
 
 
@@ -69,12 +75,22 @@ def _profile(model, inputs, repeat: int, db_url: str | None, use_db: bool):
 
 def cmd_tune(args) -> int:
     from tunesearch.search import Budget, tune_kernels
+    from tunesearch.search.samplers import SAMPLERS
+    from tunesearch.search.saving import check_writable
+    # every argument is checked before any work, before a file is opened or created
+    budget = Budget(trials=args.trials, total_seconds=args.time_budget, patience=args.patience)
+    if budget.problem():
+        raise UsageError(budget.problem())
+    if args.sampler not in SAMPLERS:
+        raise UsageError(f"unknown sampler {args.sampler!r} (--sampler); known samplers: "
+                         f"{', '.join(SAMPLERS)}")
     model = _load_model(args)
+    store = _open_store(args.db)
+    # a database that cannot be written refuses now, not after minutes of search
+    check_writable(store, args.device)
     inputs = model.random_inputs(seed=0)
     before = _profile(model, inputs, args.repeat, args.db, use_db=False)
     kernels = [item.kernel for item in model.schedule(inputs)]
-    store = _open_store(args.db)
-    budget = Budget(trials=args.trials, total_seconds=args.time_budget, patience=args.patience)
     quiet = args.quiet or args.json
     if args.workers > 1:
         from tunesearch.search.workers import run_workers
@@ -106,7 +122,7 @@ def cmd_tune(args) -> int:
                      "share": default_time.get(r.kernel_key, 0.0) * r.occurrences / total,
                      "default_s": r.default_time_s, "tuned_s": r.time_s, "speedup": r.speedup,
                      "gflops": r.gflops, "gbps": r.gbps, "trials": r.trials,
-                     "failures": dict(r.failures)})
+                     "stopped_by": r.stopped_by, "failures": dict(r.failures)})
     summary = {"model": str(args.model), "device": args.device, "device_key": report.device_key,
                "database": store.where, "latency_before_s": compared.before_s,
                "latency_after_s": compared.after_s, "speedup": compared.speedup,
@@ -118,6 +134,11 @@ def cmd_tune(args) -> int:
         print(json.dumps(summary, indent=2, default=str))
     else:
         _print_tune_table(summary)
+    unsaved = [r for r in report.results if r.save_error]
+    if unsaved:  # a search whose winners are lost must not look like a success
+        from tunesearch.db import DatabaseError
+        raise DatabaseError(f"{len(unsaved)} of {len(report.results)} kernel result(s) were not "
+                            f"saved to {store.where}: {unsaved[0].save_error}")
     return 130 if report.interrupted else 0
 
 
@@ -165,21 +186,19 @@ def _print_tune_table(summary: dict) -> None:
 
 
 def cmd_run(args) -> int:
+    from tunesearch.arguments import check_new_file
+    from tunesearch.npz import read_inputs, write_outputs
     from tunesearch.runtime import tuned
+    if args.outputs:
+        check_new_file(args.outputs, "--outputs")
     model = _load_model(args)
-    tuned.use_database(args.db)
-    if args.inputs:
-        try:
-            with np.load(args.inputs) as data:
-                inputs = {name: data[name] for name in data.files}
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read inputs {args.inputs}: {exc}") from None
-    else:
-        inputs = model.random_inputs(seed=0)
+    inputs = read_inputs(args.inputs, model) if args.inputs else model.random_inputs(seed=0)
+    # one rule for --db and TUNESEARCH_DB: a database that cannot be used is an error
+    tuned.use_database_for_run(args.db)
     profile = model.profile(inputs, repeat=args.repeat)
     outputs = model(inputs)  # after the profile's warm calls: DEBUG and GRAPH=1 show this one
     if args.outputs:
-        np.savez(args.outputs, **outputs)
+        write_outputs(args.outputs, outputs)
     summary = {"model": str(args.model), "device": args.device,
                "latency_s": profile.latency, "kernels": len(profile.kernels),
                "kernels_tuned": profile.n_tuned, "launch_overhead_s": profile.launch_overhead,
@@ -192,7 +211,8 @@ def cmd_run(args) -> int:
               f"{len(profile.kernels)} kernels tuned; launch overhead "
               f"{_fmt_time(profile.launch_overhead)} per kernel")
         for name, value in outputs.items():
-            print(f"  {name}: shape {value.shape}, mean {float(np.mean(value)):.6g}")
+            mean = f"mean {float(np.mean(value)):.6g}" if value.size else "empty"
+            print(f"  {name}: shape {value.shape}, {mean}")
     return 0
 
 
@@ -219,8 +239,12 @@ def cmd_devices(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from tunesearch.report import report
-    return report(_open_store(args.db), args.plot, args.json)
+    from tunesearch.db import Store
+    from tunesearch.report import check_plot, report
+    if args.plot:
+        check_plot(args.plot)  # matplotlib and the file's folder, before reading the database
+    with Store(args.db, readonly=True) as store:
+        return report(store, args.plot, args.json)
 
 
 def cmd_status(args) -> int:
@@ -240,7 +264,7 @@ def cmd_dashboard(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from tunesearch import __version__
-    parser = argparse.ArgumentParser(prog="tunesearch", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="tunesearch", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"tunesearch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -256,24 +280,27 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     tune = model_command("tune", "tune every kernel of a model and store the winners")
-    tune.add_argument("--trials", type=int, default=40, help="trials per kernel (default 40)")
-    tune.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                      help="wall time for the whole model")
-    tune.add_argument("--patience", type=int, default=None,
+    tune.add_argument("--trials", type=count("--trials"), default=40,
+                      help="trials per kernel (default 40)")
+    tune.add_argument("--time-budget", type=seconds("--time-budget"), default=None,
+                      metavar="SECONDS", help="wall time for the whole model")
+    tune.add_argument("--patience", type=count("--patience"), default=None,
                       help="stop a kernel after this many trials without improvement")
     tune.add_argument("--sampler", default="tpe", help="tpe, random, grid, gp, nsga2, cmaes")
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--seed", type=integer("--seed", 0, SEED_LIMIT - 1), default=0)
     tune.add_argument("--retune", action="store_true", help="tune kernels already in the db")
-    tune.add_argument("--repeat", type=int, default=10, help="runs to time the model")
+    tune.add_argument("--repeat", type=count("--repeat"), default=10,
+                      help="runs to time the model")
     tune.add_argument("--quiet", action="store_true", help="no progress display")
-    tune.add_argument("--workers", type=int, default=1,
+    tune.add_argument("--workers", type=count("--workers"), default=1,
                       help="worker processes here; the same command on other machines joins in")
     tune.set_defaults(func=cmd_tune)
 
     run = model_command("run", "run a model with its tuned kernels")
     run.add_argument("--inputs", help="an .npz file of inputs (default: random, seed 0)")
     run.add_argument("--outputs", help="write the outputs to this .npz file")
-    run.add_argument("--repeat", type=int, default=10, help="runs to time (default 10)")
+    run.add_argument("--repeat", type=count("--repeat"), default=10,
+                     help="runs to time (default 10)")
     run.set_defaults(func=cmd_run)
 
     devices = sub.add_parser("devices", help="the devices available here, with fingerprints")
@@ -295,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     dash = sub.add_parser("dashboard", help="optuna-dashboard on the studies in a database")
     dash.add_argument("--db", default=None)
     dash.add_argument("--host", default="127.0.0.1")
-    dash.add_argument("--port", type=int, default=8080)
+    dash.add_argument("--port", type=integer("--port", 1, 65535), default=8080)
     dash.set_defaults(func=cmd_dashboard)
 
     from tunesearch.db.commands import register
@@ -303,29 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def expected_errors() -> tuple[type[BaseException], ...]:
-    from tunesearch.db import DatabaseError
-    from tunesearch.onnx import OnnxImportError
-    from tunesearch.runtime.device import CompileError, DeviceUnavailable
-    from tunesearch.search import TuneError
-    from tunesearch.space.config import ConfigError
-    from tunesearch.tensor import ShapeError
-    return (UsageError, DatabaseError, OnnxImportError, DeviceUnavailable, CompileError,
-            TuneError, ConfigError, ShapeError, ValueError, OSError)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args) or 0
-    except KeyboardInterrupt:
-        print("tunesearch: interrupted; every result found so far is saved", file=sys.stderr)
-        return 130
-    except expected_errors() as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"tunesearch: error: {message}", file=sys.stderr)
-        return 2
+    """Run the command line; returns the exit code (0, 2 for an expected failure, 1 for a bug,
+    130 for Ctrl-C: see `tunesearch.errors.run_command`)."""
+    args = build_parser().parse_args(argv)
+    return run_command(lambda: args.func(args))
 
 
 if __name__ == "__main__":

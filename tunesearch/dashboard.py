@@ -14,19 +14,19 @@ from sqlalchemy.engine import make_url
 
 from tunesearch.db import default_url
 from tunesearch.db.leases import studies_url
+from tunesearch.errors import UsageError
 
 
 def serve_dashboard(db_url: str | None = None, host: str = "127.0.0.1", port: int = 8080) -> None:
     """Serve optuna-dashboard for the studies of `db_url` until interrupted (Ctrl-C).
 
-    Without optuna-dashboard installed it prints the install hint and exits with status 2.
+    Without optuna-dashboard installed it raises a UsageError with the install hint.
     """
     try:
         import optuna_dashboard
     except ImportError:
-        print("tunesearch: error: optuna-dashboard is not installed: "
-              "pip install 'tunesearch[dashboard]'", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise UsageError("optuna-dashboard is not installed: "
+                         "pip install 'tunesearch[dashboard]'") from None
 
     from tunesearch.search.workers import study_storage
 

@@ -11,11 +11,15 @@ programs, so a call costs the kernels plus a small launch overhead per kernel (`
 it). Kernels run with the tuned config the runtime finds for this device, else the default.
 
 Bad input raises an OnnxImportError subclass with a one-line message: ModelNotFoundError,
-NotOnnxError, UnsupportedOperatorError (every unsupported node, by name, in one message) and
-UnboundDimensionError (a dynamic input dimension without a shape from `input_shapes`).
+NotOnnxError, ExternalDataError (external data missing, out of range or outside the model's
+folder), UnsupportedOperatorError (every unsupported node, by name, in one message),
+and UnboundDimensionError (a dynamic input dimension without a shape from `input_shapes`).
+Inputs that do not fit a loaded model raise InputError. Zero-size tensors are valid ONNX and run:
+a kernel with an empty output computes nothing.
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -26,13 +30,14 @@ from typing import Any, Optional, Union
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from tunesearch import onnx_nn, onnx_shape  # noqa: F401  (register their operators)
 from tunesearch import settings
+from tunesearch.errors import InputError
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import ScheduleItem
+from tunesearch.onnx_files import ExternalDataError, read_model
 from tunesearch.onnx_ops import (OPS, ModelNotFoundError, NodeContext, NotOnnxError,
                                  OnnxImportError, UnboundDimensionError, UnsupportedOperatorError,
                                  UnsupportedTypeError, ends_in_reduce, internal_dtype, materialize,
@@ -43,9 +48,11 @@ from tunesearch.tensor import Tensor
 
 __all__ = ["load", "OnnxModel", "ValueInfo", "GraphInfo", "Profile", "OnnxImportError",
            "ModelNotFoundError", "NotOnnxError", "UnsupportedOperatorError",
-           "UnboundDimensionError", "UnsupportedTypeError", "supported_operators"]
+           "UnboundDimensionError", "UnsupportedTypeError", "ExternalDataError",
+           "supported_operators"]
 
 ONNX_DOMAINS = ("", "ai.onnx")
+MAX_ELEMENTS = 2 ** 31 - 1  # generated kernels index buffers with 32-bit ints
 
 
 @dataclass(frozen=True)
@@ -92,32 +99,7 @@ def load(path_or_bytes: Union[str, os.PathLike, bytes, onnx.ModelProto],
 
     input_shapes binds dynamic dimensions, e.g. {"input": (1, 3, 224, 224)}; device is a device
     name (default: TUNESEARCH_DEVICE, else "cpu")."""
-    return OnnxModel(_read(path_or_bytes), input_shapes, device)
-
-
-def _read(source) -> onnx.ModelProto:
-    if isinstance(source, onnx.ModelProto):
-        return source
-    base = None
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        data, label = bytes(source), "the given bytes"
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise ModelNotFoundError(f"no such model file: {path}")
-        data, label, base = path.read_bytes(), str(path), path.parent
-    model = onnx.ModelProto()
-    try:
-        model.ParseFromString(data)
-    except (DecodeError, ValueError, RuntimeError) as exc:
-        raise NotOnnxError(f"{label} is not an ONNX model ({exc})") from None
-    if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
-        raise NotOnnxError(f"{label} is not an ONNX model (no graph with outputs)")
-    if base is not None and any(t.data_location == onnx.TensorProto.EXTERNAL
-                                for t in model.graph.initializer):
-        from onnx.external_data_helper import load_external_data_for_model
-        load_external_data_for_model(model, str(base))
-    return model
+    return OnnxModel(read_model(path_or_bytes), input_shapes, device)
 
 
 class OnnxModel:
@@ -230,7 +212,7 @@ class OnnxModel:
         unknown = sorted(set(feeds) - set(names))
         missing = [n for n in names if n not in feeds]
         if unknown or missing:
-            raise ValueError(f"the model's inputs are {names}" +
+            raise InputError(f"the model's inputs are {names}" +
                              (f"; missing {missing}" if missing else "") +
                              (f"; unknown {unknown}" if unknown else ""))
         arrays = {}
@@ -238,7 +220,7 @@ class OnnxModel:
             array, accepts = np.asarray(feeds[v.name]), self._accepts[v.name]
             if len(array.shape) != len(accepts) or any(
                     d is not None and d != s for d, s in zip(accepts, array.shape)):
-                raise ValueError(f"input '{v.name}' has shape {array.shape}; the model takes "
+                raise InputError(f"input '{v.name}' has shape {array.shape}; the model takes "
                                  f"{tuple('?' if d is None else d for d in accepts)}")
             arrays[v.name] = array
         return arrays
@@ -397,5 +379,12 @@ def _bind_inputs(declared: list, given: dict[str, tuple]) -> tuple[list[ValueInf
                         "x".join(str(x) if isinstance(x, int) else "N" for x in dims) + ")")
                 shape.append(value)
             bound[v.name] = tuple(shape)
+        if any(d < 0 for d in bound[v.name]):
+            raise OnnxImportError(f"input '{v.name}' has shape {bound[v.name]}: a dimension is "
+                                  "a size, never negative")
+        if math.prod(bound[v.name]) > MAX_ELEMENTS:
+            raise OnnxImportError(f"input '{v.name}' has shape {bound[v.name]}: more than "
+                                  f"{MAX_ELEMENTS} elements, which kernels cannot index "
+                                  "(32-bit indices)")
         out.append(ValueInfo(v.name, bound[v.name], _elem_dtype(v)))
     return out, symbols

@@ -19,13 +19,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from tunesearch.errors import UserError
 from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import DType, dtypes
 from tunesearch.graph.schedule import fused_reduce
 from tunesearch.tensor import Tensor
 
 
-class OnnxImportError(Exception):
+class OnnxImportError(UserError):
     """A model that tunesearch cannot import; the message is one line that says why."""
 
 

@@ -101,17 +101,26 @@ def kernel_shares(store, rows) -> dict[tuple[str, str], float]:
         totals[device_key] += w
     return {key: w / totals[key[1]] if totals[key[1]] else 0.0 for key, w in weight.items()}
 
+from tunesearch.arguments import check_new_file
+from tunesearch.errors import UsageError
+
+
+def check_plot(path: str) -> None:
+    """Refuse a plot that cannot be drawn or written, before any work: matplotlib must be
+    installed and the file's folder must exist."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib, which is not installed: "
+                         "pip install 'tunesearch[report]'") from None
+    check_new_file(path, "--plot")
+
 
 def report(store, plot: str | None = None, as_json: bool = False) -> int:
     """Print the report (a table, or JSON) and write the PNG to `plot`; returns the exit code
-    (2 with one line when --plot is asked for without matplotlib)."""
+    (a plot that cannot be drawn or written is refused before any work)."""
     if plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            print("tunesearch: error: --plot needs matplotlib: pip install 'tunesearch[report]'",
-                  file=sys.stderr)
-            return 2
+        check_plot(plot)
     rows = store.list_results()
     curves = model_curves(store, rows)
     shares = kernel_shares(store, rows)
@@ -131,7 +140,8 @@ def report(store, plot: str | None = None, as_json: bool = False) -> int:
                          "time_s": r.result.time_s, "default_s": r.result.default_time_s,
                          "speedup": r.result.speedup, "gflops": r.result.gflops,
                          "gbps": r.result.gbps, "trials": r.result.trials,
-                         "sampler": r.result.sampler} for r in items],
+                         "sampler": r.result.sampler, "verified": r.result.verified}
+                        for r in items],
             "models": [{"model": c.model, "kernels": c.kernels, "missing": c.missing,
                         "default_s": c.default_s, "tuned_s": c.tuned_s, "speedup": c.speedup,
                         "tuning_s": c.points[-1][0], "points": [list(p) for p in c.points]}

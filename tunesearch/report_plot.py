@@ -8,6 +8,8 @@ import math
 
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from tunesearch.errors import UsageError
+
 MAX_BARS = 25         # the kernels with the largest shares; the rest are counted in the title
 MAX_CONVERGENCE = 8   # curves in the convergence panel
 
@@ -141,6 +143,10 @@ def plot_report(store, rows, shares: dict, curves, path: str):
     _bars(bars, rows, shares)
     _convergence(convergence, store, rows, shares)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as err:
+        raise UsageError(f"cannot write the plot {path}: {err.strerror or err}") from None
+    finally:
+        plt.close(fig)
     return fig

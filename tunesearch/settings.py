@@ -8,13 +8,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tunesearch.errors import SettingError
 
-def _int(name: str, default: int) -> int:
+MAX_THREADS = 4096  # more than any machine has: a larger value is a typo
+
+
+def _int(name: str, default: int, minimum: int | None = None, maximum: int | None = None) -> int:
     value = os.environ.get(name, "")
     try:
-        return int(value) if value.strip() else default
+        number = int(value) if value.strip() else default
     except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} must be an integer") from None
+        raise SettingError(f"environment variable {name}={value!r} must be an integer") from None
+    if minimum is not None and number < minimum or maximum is not None and number > maximum:
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+        raise SettingError(f"environment variable {name}={value!r} must be {bounds}")
+    return number
 
 
 def debug() -> int:
@@ -40,7 +48,11 @@ def cache_dir() -> Path:
     xdg = xdg if xdg and os.path.isabs(xdg) else os.path.expanduser("~/.cache")
     base = os.environ.get("TUNESEARCH_CACHE") or os.path.join(xdg, "tunesearch")
     path = Path(base)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SettingError(f"cannot create the cache folder {path} (TUNESEARCH_CACHE): "
+                           f"{err.strerror or err}") from None
     return path
 
 
@@ -56,11 +68,12 @@ def use_db() -> bool:
 
 def tune_on_miss() -> int:
     """TUNESEARCH_TUNE=N tunes a kernel with N trials when the runtime finds no record (off: 0)."""
-    return _int("TUNESEARCH_TUNE", 0)
+    return _int("TUNESEARCH_TUNE", 0, minimum=0)
 
 
 def cpu_threads() -> int:
-    return _int("TUNESEARCH_THREADS", os.cpu_count() or 1)
+    """TUNESEARCH_THREADS: the CPU threads the space may use (default: every core); 1 to 4096."""
+    return _int("TUNESEARCH_THREADS", os.cpu_count() or 1, minimum=1, maximum=MAX_THREADS)
 
 
 def cpu_isa() -> str:

@@ -46,7 +46,7 @@ def status(store_url: str | None = None) -> dict:
     "running", "stalled", "waiting", "failed", "models": [...], "in_progress": [...],
     "failed_kernels": [...]}]}; times are seconds, measured by the database's clock.
     """
-    with Store(store_url) as store:
+    with Store(store_url, readonly=True) as store:  # looking writes nothing
         board = LeaseBoard(store)
         now, rows = board.leases()
         names = board.device_names()

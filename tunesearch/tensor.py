@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from tunesearch import settings
+from tunesearch.errors import UserError
 from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import DType, dtypes, result_dtype
 from tunesearch.graph.lazy import LazyNode
@@ -40,7 +41,7 @@ def _tune_on_miss(kernel, device, trials: int) -> None:
 set_miss_handler(_tune_on_miss)
 
 
-class ShapeError(ValueError):
+class ShapeError(UserError, ValueError):
     """A shape, axis or argument that an op cannot take."""
 
 

@@ -35,8 +35,8 @@ def _revision(url: str) -> str | None:
 
 
 def test_revisions_are_readable_and_shipped_in_the_package():
-    assert known_revisions() == {"v1_initial", "v2_trials_history", "v3_leases"}
-    assert head_revision() == "v3_leases"
+    assert known_revisions() == {"v1_initial", "v2_trials_history", "v3_leases", "v4_verified"}
+    assert head_revision() == "v4_verified"
     assert ALEMBIC_DIR.parent == Path(__import__("tunesearch.db").db.__file__).parent
     assert (ALEMBIC_DIR / "env.py").is_file() and (ALEMBIC_DIR / "script.py.mako").is_file()
 

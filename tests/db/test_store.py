@@ -161,7 +161,7 @@ def test_a_kernel_tuned_again_under_a_newer_space_takes_its_version(store_url, m
 def test_schema_is_created_at_head(store_url):
     with Store(store_url) as store:
         assert store.revision_before is None
-        assert store.revision == "v3_leases"
+        assert store.revision == "v4_verified"
     engine = create_engine(normalize_url(store_url))
     assert {"kernels", "devices", "results", "trials", "alembic_version"} <= set(
         inspect(engine).get_table_names())

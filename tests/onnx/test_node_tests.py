@@ -60,3 +60,20 @@ def test_the_rest_is_refused_as_unsupported(outcomes):
     assert wrong <= KNOWN_FAILURES, sorted(wrong - KNOWN_FAILURES)
     unsupported = [o for o in outcomes if o.status == "unsupported"]
     assert unsupported and all("unsupported" in o.detail for o in unsupported)
+
+
+@pytest.fixture(scope="module")
+def cpu_outcomes():
+    runner = _runner()
+    return runner.run(runner.OPERATORS, device="cpu")
+
+
+def test_node_tests_pass_on_the_cpu_too(outcomes, cpu_outcomes):
+    """The same cases through compiled C kernels: every case the reference device passes, the
+    CPU passes, and the README's count holds (521 of 661)."""
+    reference = {o.name for o in outcomes if o.status == "pass"}
+    cpu = {o.name for o in cpu_outcomes if o.status == "pass"}
+    assert reference <= cpu, sorted(reference - cpu)
+    wrong = {o.name for o in cpu_outcomes if o.status in ("fail", "error")}
+    assert wrong <= KNOWN_FAILURES, sorted(wrong - KNOWN_FAILURES)
+    assert len(cpu) >= 521

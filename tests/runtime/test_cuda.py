@@ -2,6 +2,7 @@
 with a GPU, the configs also run and match the numpy interpreter (marked `gpu`)."""
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -161,4 +162,5 @@ def test_gpu_random_configs_match_reference(name):
                                             global_size, local_size))
         out, buffers = _run(GPU, kernel, program, inputs)
         assert output_error(out, expected) <= allowed, f"{name} {config}"
-    assert 0 < program.timed(buffers) < 10
+    seconds = program.timed(buffers)
+    assert math.isfinite(seconds) and seconds > 0  # a time the device measured

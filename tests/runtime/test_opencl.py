@@ -2,6 +2,7 @@
 valid configs matches the numpy interpreter, and the device's own interface works."""
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import subprocess
@@ -144,7 +145,7 @@ def test_default_config_fully_optimized_matches_reference(name):
     program(buffers)
     assert output_error(DEVICE.copyout(buffers[0]), run_kernel(kernel, inputs)) <= tolerance(kernel)
     seconds = program.timed(buffers)
-    assert 0 < seconds < 10
+    assert math.isfinite(seconds) and seconds > 0  # a time the device measured
 
 
 def _compile_elsewhere(name: str, config: str) -> bytes:

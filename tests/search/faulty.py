@@ -1,9 +1,10 @@
 """A CPU device that plants faults in the C of marked configs, for fault-injection tests.
 
 The mark is the register block of the last output axis (`upcast`'s last value):
-1 segfaults, 2 never returns, 4 writes one wrong value, 8 writes past the end of its output.
-Every other config is compiled as the CPU device compiles it. The device has one thread, so the
-space of a 1-D elementwise kernel is just its block sizes.
+1 segfaults, 2 never returns, 4 writes one wrong value, 8 writes one element past the end of its
+output, 16 one element before its start, 64 writes into its first input (leaving the output
+right). Every other config is compiled as the CPU device compiles it. The device has one thread,
+so the space of a 1-D elementwise kernel is just its block sizes (its default block is 32).
 """
 from __future__ import annotations
 
@@ -16,13 +17,17 @@ from tunesearch.runtime.cpu import CPUDevice
 from tunesearch.runtime.device import DeviceInfo, Source
 
 NAME = "faulty"
-CRASH, HANG, WRONG, OUT_OF_BOUNDS = 1, 2, 4, 8
+CRASH, HANG, WRONG, PAST_END, BEFORE_START, INTO_INPUT = 1, 2, 4, 8, 16, 64
+OUT_OF_BOUNDS = PAST_END
 
+# volatile: the compiler may neither drop a write it can prove out of bounds nor keep the value
 _PLANTS = {
     CRASH: ("*(volatile int*)0 = 1;", ""),
     HANG: ("for (volatile int spin = 1; spin;) {}", ""),
     WRONG: ("", "data0[0] += 1.0f;"),
-    OUT_OF_BOUNDS: ("", "data0[{size}] = 1.0f; data0[{size} + 7] = 2.0f;"),
+    PAST_END: ("", "((volatile float*)data0)[{size}] = 1.0f;"),
+    BEFORE_START: ("", "((volatile float*)data0)[-1] = 1.0f;"),
+    INTO_INPUT: ("", "((volatile float*)data1)[0] += 1.0f;"),
 }
 
 

@@ -1,4 +1,8 @@
-"""Real measurement on the CPU: planted faults fail their trials, winners are verified."""
+"""Real measurement on the CPU: planted faults fail their trials, winners are verified.
+
+The faulty-candidate suite: a candidate that segfaults, hangs, computes a wrong value, writes one
+element past the end of its output, one before its start, or into an input is rejected with its
+reason; the runner starts again cleanly, and the tuner goes on to a correct winner."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +19,11 @@ from tunesearch.space.space import space_for
 
 EXPECTED = {faulty.CRASH: ("crash", "SIGSEGV"), faulty.HANG: ("timeout", "hard limit"),
             faulty.WRONG: ("wrong", "differ from the reference"),
-            faulty.OUT_OF_BOUNDS: ("crash", "out of bounds")}
+            # the output ends at a guard page; the input is mapped read-only
+            faulty.PAST_END: ("crash", "SIGSEGV: an access out of bounds"),
+            # the canary in front of the output (the part of its first page it does not fill)
+            faulty.BEFORE_START: ("crash", "wrote out of bounds: wrote before the start"),
+            faulty.INTO_INPUT: ("crash", "SIGSEGV: an access out of bounds")}
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +52,20 @@ def test_each_planted_fault_fails_its_trial_with_its_reason(faulty_space):
                 assert result.ok and result.time_s > 0 and result.max_error == 0.0, result
         wrong = next(r for r in results if r.config.get("upcast") == (faulty.WRONG,))
         assert wrong.max_error == pytest.approx(1.0, rel=1e-3)  # the planted += 1
-        assert measurer.runner.restarts >= 2  # after the segfault and the hang
         [again] = measurer.retime(kernel, [space.default()])  # the restarted runner process works
-        assert again.ok
+        assert again.ok and again.max_error == 0.0
+        # after the segfault, the hang, the write past the end and the write into the input
+        assert measurer.runner.restarts == 4
+
+
+@pytest.mark.parametrize("fault", [faulty.INTO_INPUT, faulty.BEFORE_START, faulty.PAST_END])
+def test_a_stray_write_never_spoils_the_next_candidate(faulty_space, fault):
+    kernel, space = faulty_space
+    bad = next(c for c in space.enumerate() if c.get("upcast") == (fault,))
+    with DeviceMeasurer(faulty.NAME, timeout_s=2.0) as measurer:
+        for _ in range(2):
+            rejected, good = measurer.retime(kernel, [bad, space.default()])
+            assert rejected.error == "crash" and good.ok and good.max_error == 0.0
 
 
 def test_the_tuner_finishes_despite_faults(faulty_space):
@@ -56,8 +75,20 @@ def test_the_tuner_finishes_despite_faults(faulty_space):
                                 measurer=measurer).results
     assert result.status == "tuned" and result.stopped_by == "exhausted"
     assert result.trials == len(list(faulty_space[1].enumerate()))
-    assert result.failures == {"crash": 2, "timeout": 1, "wrong": 1}
+    # 6 of 6 faulty configs rejected: segfault, wrong value, past the end, before the start and
+    # into an input crash or fail; the hang times out
+    assert result.failures == {"crash": 4, "timeout": 1, "wrong": 1}
     assert result.config.get("upcast")[-1] not in EXPECTED
+    # the winner, built afresh on the plain CPU device, adds
+    device = get_device("cpu")
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal(64), rng.standard_normal(64)
+    program = device.build(kernel, result.config)
+    buffers = [device.alloc(64, dtypes.float32), device.from_numpy(a, dtypes.float32),
+               device.from_numpy(b, dtypes.float32)]
+    program(buffers)
+    np.testing.assert_array_equal(device.copyout(buffers[0]),
+                                  a.astype(np.float32) + b.astype(np.float32))
 
 
 def test_a_real_tuning_run_finds_a_verified_winner(tmp_path):
@@ -69,7 +100,9 @@ def test_a_real_tuning_run_finds_a_verified_winner(tmp_path):
         stored = store.lookup(kernel.key, device.info().key)
     assert result.status == "tuned" and result.trials == 8 and result.saved
     assert stored is not None and stored.time_s == result.time_s
-    assert result.time_s <= result.default_time_s  # the default is among the finalists
+    # the report's speed-up is the default's time over the winner's, both re-timed together
+    assert result.default_time_s > 0
+    assert result.speedup == pytest.approx(result.default_time_s / result.time_s)
     assert space_for(kernel, device.info().target).validate(result.config) is None
     # the winner, built afresh, computes a matmul
     rng = np.random.default_rng(7)

@@ -57,7 +57,6 @@ def test_default_is_trial_zero_and_nothing_is_measured_twice(mm_space):
     assert all(space.validate(c) is None for c in sim.calls)
     assert result.stopped_by == "trials"
     assert result.best.time_s == min(matmul_time(c) for c in sim.calls)
-    assert result.best.time_s <= result.default.time_s
     assert sim.retimes and sim.retimes[0] == result.best.config or result.best.config in sim.retimes
 
 
@@ -165,7 +164,8 @@ def test_every_sampler_searches(mm_space, name):
     sim = SimulatedMeasurer(matmul_time)
     result = search_kernel(kernel, space, sim, Budget(trials=15), name, seed=0)
     assert result.measured == len(set(sim.calls)) == 15
-    assert result.best.time_s <= result.default.time_s
+    # the winner is the fastest config measured (re-timed alike by the simulation)
+    assert result.best.time_s == min(matmul_time(c) for c in sim.calls)
     fallback = {"gp": _missing("torch", "scipy"), "cmaes": _missing("cmaes")}.get(name)
     if fallback:
         assert result.sampler == "tpe" and any("pip install" in n for n in result.notes)

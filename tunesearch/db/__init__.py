@@ -8,7 +8,7 @@ package imports nothing else from tunesearch.
     with Store() as store:
         best = store.lookup(kernel_key, device_key)
 """
-from tunesearch.db._engine import default_url
+from tunesearch.db._engine import default_path, default_url
 from tunesearch.db._errors import DatabaseError
 from tunesearch.db._migrations import head_revision
 from tunesearch.db.store import (
@@ -17,5 +17,5 @@ from tunesearch.db.store import (
 
 __all__ = [
     "DatabaseError", "DeviceRecord", "KernelDetail", "KernelRecord", "ResultRecord", "ResultRow",
-    "Store", "TrialRecord", "default_url", "head_revision",
+    "Store", "TrialRecord", "default_path", "default_url", "head_revision",
 ]

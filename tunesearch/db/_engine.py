@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy import exc as sa_exc
@@ -71,13 +71,31 @@ def is_read_only_url(url: URL) -> bool:
 
 
 def read_only_url(url: URL) -> URL:
-    """The same SQLite file opened read-only through a URI (`mode=ro` holds even for root)."""
-    if url.get_backend_name() != "sqlite" or is_read_only_url(url):
+    """The same SQLite file, opened through a URI that never creates it (`mode=rw`).
+
+    Each connection of a read-only store sets `PRAGMA query_only` (which holds even for root),
+    so nothing is written. Not `mode=ro` (a URL that asks for it gets `mode=rw` too): a `mode=ro`
+    reader of a WAL database leaves its -wal and -shm files behind, where a `mode=rw` one removes
+    them when it closes last.
+    """
+    if url.get_backend_name() != "sqlite":
         return url
     database = url.database or ""
+    if database in ("", ":memory:"):
+        return url
     if not database.startswith("file:"):
         database = "file:" + quote(str(Path(database).absolute()))
-    return url.set(database=database, query={**url.query, "mode": "ro", "uri": "true"})
+    return url.set(database=database, query={**url.query, "mode": "rw", "uri": "true"})
+
+
+def sqlite_file(url: URL) -> Path | None:
+    """The file of a SQLite database URL, or None (another backend, or in memory)."""
+    database = url.database or ""
+    if url.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    if database.startswith("file:"):
+        database = unquote(database[len("file:"):].split("?", 1)[0])
+    return Path(database)
 
 
 @dataclass(frozen=True)
@@ -86,7 +104,7 @@ class Backend:
 
     insert: Callable[..., Any]  # dialect insert() with on_conflict_do_update
     engine_args: Callable[[URL, bool], dict]  # create_engine() keywords for (url, read_only)
-    configure: Callable[[Engine], None]  # installs connection events on a new engine
+    configure: Callable[[Engine, bool], None]  # installs connection events: (engine, read_only)
     lock_schema: Callable[[Connection], None]  # serializes migrations inside a write transaction
     snapshot_options: dict  # execution options for a consistent multi-statement read
 
@@ -104,7 +122,7 @@ def _postgresql_engine_args(url: URL, read_only: bool) -> dict:
     return {"connect_args": connect_args, "pool_pre_ping": True}
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, read_only: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):
         # Take transaction control from the sqlite3 module, which would otherwise BEGIN lazily.
@@ -113,6 +131,8 @@ def _configure_sqlite(engine: Engine) -> None:
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             cursor.execute("PRAGMA foreign_keys = ON")
+            if read_only:
+                cursor.execute("PRAGMA query_only = ON")
         finally:
             cursor.close()
 
@@ -131,7 +151,7 @@ def _configure_sqlite(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def _configure_nothing(engine: Engine) -> None:
+def _configure_nothing(engine: Engine, read_only: bool) -> None:
     pass
 
 
@@ -169,7 +189,7 @@ def open_engine(url: URL, *, read_only: bool) -> Engine:
                             "pip install 'tunesearch[postgres]')") from err
     except sa_exc.ArgumentError as err:
         raise DatabaseError(f"cannot use database {describe(url)}: {err}") from err
-    backend.configure(engine)
+    backend.configure(engine, read_only)
     return engine
 
 

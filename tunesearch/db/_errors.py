@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from sqlalchemy import exc as sa_exc
 
+from tunesearch.errors import UserError
 
-class DatabaseError(Exception):
+
+class DatabaseError(UserError):
     """A database problem the user can act on; `str(err)` is one line naming the file or URL."""
 
     def __init__(self, message: str):

@@ -18,10 +18,13 @@ from tunesearch.db._queries import (
     DEVICE_COLUMNS, KERNEL_COLUMNS, RESULT_COLUMNS, TRIAL_COLUMNS, device_from_row,
     kernel_from_row, result_from_row, trial_from_row,
 )
-from tunesearch.db._records import DeviceRecord, KernelRecord, ResultRecord, TrialRecord
+from tunesearch.db._records import (
+    MAX_JSON_DEPTH, DeviceRecord, KernelRecord, ResultRecord, TrialRecord, json_depth,
+)
 
 FORMAT = "tunesearch-results"
 VERSION = 1
+INTEGER_LIMIT = 2 ** 63  # what a database INTEGER column holds
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,19 @@ class _Reader:
             raise self.fail(where, f"{name!r} has the wrong type ({type(value).__name__})")
         if isinstance(value, float) and not math.isfinite(value):
             raise self.fail(where, f"{name!r} is not finite")
+        if isinstance(value, int) and not -INTEGER_LIMIT <= value < INTEGER_LIMIT:
+            raise self.fail(where, f"{name!r} is out of range ({len(str(abs(value)))} digits)")
+        if isinstance(value, dict) and json_depth(value) > MAX_JSON_DEPTH:
+            raise self.fail(where, f"{name!r} nests deeper than {MAX_JSON_DEPTH} levels")
+        return value
+
+    def at_least(self, entry: Any, name: str, kinds: tuple[type, ...], where: str,
+                 minimum: float, *, strictly: bool = False, optional: bool = False) -> Any:
+        """A field that is a number at least (or, strictly, above) minimum."""
+        value = self.field(entry, name, kinds, where, optional)
+        if value is not None and (value <= minimum if strictly else value < minimum):
+            relation = "above" if strictly else "at least"
+            raise self.fail(where, f"{name!r} must be {relation} {minimum}, got {value!r}")
         return value
 
     def moment(self, entry: Any, name: str, where: str) -> datetime:
@@ -140,7 +156,7 @@ def parse(document: Any, source: str) -> Exchange:
         kernels.append(KernelRecord(
             *(read.field(entry, name, (str,), where)
               for name in ("key", "name", "canonical", "ops", "shapes")),
-            space_version=read.field(entry, "space_version", (int,), where)))
+            space_version=read.at_least(entry, "space_version", (int,), where, 0)))
     devices = []
     for i, entry in enumerate(read.entries(document, "devices")):
         where = f"devices[{i}]"
@@ -164,25 +180,28 @@ def parse(document: Any, source: str) -> Exchange:
     results = []
     for i, entry in enumerate(read.entries(document, "results")):
         where = f"results[{i}]"
-        numbers = {name: read.field(entry, name, NUMBER, where)
-                   for name in ("time_s", "spread", "gflops", "gbps", "default_time_s", "speedup")}
-        if numbers["time_s"] < 0:
-            raise read.fail(where, "'time_s' is negative")
+        # a best time must be a real measurement: zero would pin the kernel forever, since only
+        # a strictly faster result replaces it; the others may be 0 ("unknown")
+        numbers = {"time_s": read.at_least(entry, "time_s", NUMBER, where, 0, strictly=True)}
+        numbers.update({name: read.at_least(entry, name, NUMBER, where, 0) for name in
+                        ("spread", "gflops", "gbps", "default_time_s", "speedup")})
         result = ResultRecord(
             config=read.field(entry, "config", (dict,), where), **numbers,
-            trials=read.field(entry, "trials", (int,), where),
+            trials=read.at_least(entry, "trials", (int,), where, 0),
             sampler=read.field(entry, "sampler", (str,), where),
             tunesearch_version=read.field(entry, "tunesearch_version", (str,), where),
             host=read.field(entry, "host", (str,), where),
-            created=read.moment(entry, "created", where))
+            created=read.moment(entry, "created", where),
+            verified=False)  # measured elsewhere, whatever the file says
         results.append((*owner(entry, where), result))
     trials = []
     for i, entry in enumerate(read.entries(document, "trials")):
         where = f"trials[{i}]"
         trial = TrialRecord(
-            number=read.field(entry, "number", (int,), where),
+            number=read.at_least(entry, "number", (int,), where, 0),
             config=read.field(entry, "config", (dict,), where),
-            time_s=read.field(entry, "time_s", NUMBER, where, optional=True),
+            time_s=read.at_least(entry, "time_s", NUMBER, where, 0, strictly=True,
+                                 optional=True),
             error=read.field(entry, "error", (str,), where, optional=True))
         trials.append((*owner(entry, where), trial, read.moment(entry, "created", where)))
     return Exchange(tuple(kernels), tuple(devices), tuple(results), tuple(trials))

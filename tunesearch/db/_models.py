@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from sqlalchemy import (
-    DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, TypeDecorator,
-    UniqueConstraint,
+    Boolean, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, TypeDecorator,
+    UniqueConstraint, false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -74,7 +74,8 @@ class Kernel(Base):
 
 
 class Result(Base):
-    """The best measured config of one kernel on one device; replaced only by a faster one."""
+    """The best measured config of one kernel on one device; replaced by a faster one, and an
+    unverified one (imported or merged) by any that a search measured here."""
 
     __tablename__ = "results"
     __table_args__ = (
@@ -97,6 +98,8 @@ class Result(Base):
     tunesearch_version: Mapped[str] = mapped_column(String(64))
     host: Mapped[str] = mapped_column(String(255), server_default="")  # since v2
     created: Mapped[datetime] = mapped_column(UTCDateTime)
+    # measured by a search that saved it here (True), or imported or merged (False); since v4
+    verified: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
 
 class Trial(Base):

@@ -7,10 +7,11 @@ both win or lose a faster result, on SQLite and PostgreSQL alike.
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from sqlalchemy import Connection, Row, case, insert, select
+from sqlalchemy import Connection, Row, and_, case, false, insert, or_, select, true
 
 from tunesearch.db._models import Device, Kernel, Result, Trial
 from tunesearch.db._records import (
@@ -26,7 +27,7 @@ KERNEL_COLUMNS = (Kernel.key, Kernel.name, Kernel.canonical, Kernel.ops, Kernel.
 DEVICE_COLUMNS = (Device.key, Device.backend, Device.name, Device.fingerprint)
 RESULT_COLUMNS = (Result.config, Result.time_s, Result.spread, Result.gflops, Result.gbps,
                   Result.default_time_s, Result.speedup, Result.trials, Result.sampler,
-                  Result.tunesearch_version, Result.host, Result.created)
+                  Result.tunesearch_version, Result.host, Result.created, Result.verified)
 TRIAL_COLUMNS = (Trial.number, Trial.config, Trial.time_s, Trial.error)
 
 
@@ -71,20 +72,30 @@ def upsert_device(connection: Connection, dialect_insert: Insert, device: Device
 
 
 def offer_result(connection: Connection, dialect_insert: Insert, kernel_id: int, device_id: int,
-                 result: ResultRecord, created: datetime, replace: bool = False) -> bool:
-    """Store `result` unless the stored one is at least as fast (with `replace`, in any case);
-    True if it was stored."""
+                 result: ResultRecord, created: datetime, *, supersede: bool = False) -> bool:
+    """Store `result` unless the stored one is at least as fast; True if it was stored.
+
+    A verified result (measured here) also replaces an unverified one however fast that claims
+    to be, and any result replaces a stored time that no measurement gives (zero, negative,
+    NULL): neither may pin a kernel. `supersede` replaces whatever is stored (the caller found
+    it unusable: a config that does not parse or no longer fits the kernel's space, or a
+    winner that lost inside its model to the default).
+    """
     values = dict(
         config=dump_json_object(result.config, "result config"), time_s=result.time_s,
         spread=result.spread, gflops=result.gflops, gbps=result.gbps,
         default_time_s=result.default_time_s, speedup=result.speedup, trials=result.trials,
         sampler=result.sampler, tunesearch_version=result.tunesearch_version, host=result.host,
-        created=created)
+        created=created, verified=bool(result.verified))
     stmt = dialect_insert(Result).values(kernel_id=kernel_id, device_id=device_id, **values)
+    replaces = or_(Result.time_s > stmt.excluded.time_s, Result.time_s <= 0,
+                   Result.time_s.is_(None),
+                   and_(stmt.excluded.verified, Result.verified.is_not(True)),
+                   true() if supersede else false())
     stmt = stmt.on_conflict_do_update(
         index_elements=[Result.kernel_id, Result.device_id],
         set_={name: stmt.excluded[name] for name in values},
-        where=None if replace else Result.time_s > stmt.excluded.time_s,
+        where=replaces,
     ).returning(Result.id)
     return connection.execute(stmt).first() is not None
 
@@ -124,18 +135,32 @@ def device_from_row(row: Row) -> DeviceRecord:
     return DeviceRecord(row.key, row.backend, row.name, load_json_object(row.fingerprint) or {})
 
 
+def _number(value: Any, positive: bool = False) -> bool:
+    """A finite, non-negative number (positive, for a best time) as a row must hold it."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) \
+        and math.isfinite(value) and (value > 0 if positive else value >= 0)
+
+
 def result_from_row(row: Row) -> ResultRecord | None:
-    """The record of a results row; None (with a warning) when its config is not a JSON object."""
+    """The record of a results row; None (with a warning) when its config is not a JSON object
+    or its numbers are not what a measurement gives (a best time that is not positive and finite
+    would pin the kernel forever: only a strictly faster result replaces it)."""
     config = load_json_object(row.config)
     if config is None:
         log.warning("ignoring a stored result whose config is not a JSON object: %.80r",
                     row.config)
         return None
+    if not _number(row.time_s, positive=True) or not all(
+            _number(value) for value in (row.spread, row.gflops, row.gbps, row.default_time_s,
+                                         row.speedup, row.trials)):
+        log.warning("ignoring a stored result whose time is not a positive, finite number: "
+                    "time_s=%r", row.time_s)
+        return None
     return ResultRecord(
         config=config, time_s=row.time_s, spread=row.spread, gflops=row.gflops, gbps=row.gbps,
         default_time_s=row.default_time_s, speedup=row.speedup, trials=row.trials,
         sampler=row.sampler, tunesearch_version=row.tunesearch_version, host=row.host,
-        created=row.created)
+        created=row.created, verified=bool(row.verified))
 
 
 def trial_from_row(row: Row) -> TrialRecord | None:

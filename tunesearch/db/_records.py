@@ -44,7 +44,11 @@ class DeviceRecord:
 
 @dataclass(frozen=True)
 class ResultRecord:
-    """The best measured config of a kernel on a device; `spread` is relative (IQR / median)."""
+    """The best measured config of a kernel on a device; `spread` is relative (IQR / median).
+
+    `verified` is False for a result that came in through `import_` or `merge`: its time was
+    measured elsewhere, and the next search of its kernel measures it again.
+    """
 
     config: dict
     time_s: float
@@ -58,6 +62,8 @@ class ResultRecord:
     tunesearch_version: str = field(default_factory=_tunesearch_version)
     host: str = field(default_factory=socket.gethostname)
     created: datetime | None = None  # set when read back
+    # measured by a search that saved it in this database (an imported or merged result is not)
+    verified: bool = True
 
 
 @dataclass(frozen=True)
@@ -94,10 +100,33 @@ class KernelDetail:
     trial_count: int
 
 
+# Configs and fingerprints are shallow (a config is an object of integers and lists of them);
+# anything nested deeper is not one, and is refused before code that recurses meets it.
+MAX_JSON_DEPTH = 16
+
+
+def json_depth(value: object) -> int:
+    """How deeply lists and objects nest in a JSON value (a number or string: 0), counted
+    without recursion, so that any depth can be measured."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item \
+            if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def dump_json_object(value: dict, what: str) -> str:
-    """Canonical JSON text of a dict; refuses anything that JSON cannot carry exactly."""
+    """Canonical JSON text of a dict; refuses anything that JSON cannot carry exactly, or that
+    nests deeper than MAX_JSON_DEPTH."""
     if not isinstance(value, dict):
         raise ValueError(f"{what} must be a dict, got {type(value).__name__}")
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as err:
@@ -105,18 +134,24 @@ def dump_json_object(value: dict, what: str) -> str:
 
 
 def load_json_object(text: str) -> dict | None:
-    """The dict stored as JSON text, or None when the text is not a JSON object."""
+    """The dict stored as JSON text, or None when the text is not a JSON object (or nests
+    deeper than MAX_JSON_DEPTH: a tampered row must not crash whoever reads it)."""
     try:
         value = json.loads(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict) or json_depth(value) > MAX_JSON_DEPTH:
+        return None
+    return value
 
 
-def check_time(value: float | None, what: str, *, optional: bool = False) -> None:
-    """Times are finite and non-negative; a NaN would make every comparison false."""
+def check_time(value: float | None, what: str, *, optional: bool = False,
+               positive: bool = False) -> None:
+    """Times are finite and non-negative (positive, for a measured best: a time of zero would
+    beat every real measurement forever); a NaN would make every comparison false."""
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0:
-        raise ValueError(f"{what} must be a finite time in seconds, got {value!r}")
+            or value < 0 or positive and value <= 0:
+        kind = "positive" if positive else "finite"
+        raise ValueError(f"{what} must be a {kind} time in seconds, got {value!r}")

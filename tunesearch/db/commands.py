@@ -7,7 +7,10 @@
                                                              [--unseen-days D]
 
 Each takes `--db URL` (a SQLAlchemy URL or a SQLite file; default `$TUNESEARCH_DB`, else the
-cache file). An error prints one line on stderr and exits with status 2.
+cache file). ls, show, stats and export only read: they open the database read-only and write
+nothing, not even a schema into an empty file. An error is a `DatabaseError` (a
+`tunesearch.errors.UserError`): the command line prints its one line on stderr and exits with
+status 2.
 """
 from __future__ import annotations
 
@@ -26,8 +29,8 @@ from tunesearch.db._errors import DatabaseError
 from tunesearch.db._migrations import head_revision
 from tunesearch.db._records import ResultRecord
 from tunesearch.db.store import Store
-
-EXIT_ERROR = 2
+from tunesearch.arguments import MAX_DAYS, ArgumentParser, integer, number
+from tunesearch.errors import run_command
 
 
 def _short(key: str, width: int = 16) -> str:
@@ -39,7 +42,7 @@ def _when(result: ResultRecord) -> str:
 
 
 def _ls(args: argparse.Namespace, console: Console) -> None:
-    with Store(args.db) as store:
+    with Store(args.db, readonly=True) as store:
         rows = store.list_results(args.device)
     table = Table(title=f"best results in {store.where}", title_justify="left", box=None,
                   header_style="bold underline", pad_edge=False)
@@ -60,7 +63,7 @@ def _ls(args: argparse.Namespace, console: Console) -> None:
 
 
 def _show(args: argparse.Namespace, console: Console) -> None:
-    with Store(args.db) as store:
+    with Store(args.db, readonly=True) as store:
         details = store.show(args.key)
     if not details:
         raise DatabaseError(f"no kernel key starts with {args.key!r} in {store.where}")
@@ -83,13 +86,16 @@ def _show(args: argparse.Namespace, console: Console) -> None:
                     ("search", f"{result.trials} trials, {result.sampler}"),
                     ("recorded", f"{_when(result)} on {result.host or '?'} with tunesearch "
                                  f"{result.tunesearch_version}"),
+                    ("verified", "yes: measured here by `tunesearch tune`" if result.verified
+                     else "no: imported or merged; the next `tunesearch tune` of this kernel "
+                          "on this device measures it again"),
                     ("config", json.dumps(result.config, sort_keys=True))):
                 grid.add_row(name, value)
             console.print(Padding(grid, (0, 0, 1, 2)))
 
 
 def _stats(args: argparse.Namespace, console: Console) -> None:
-    with Store(args.db) as store:
+    with Store(args.db, readonly=True) as store:
         stats = store.stats()
     table = Table(show_header=False, title="result database", title_justify="left")
     table.add_column("what")
@@ -102,7 +108,7 @@ def _stats(args: argparse.Namespace, console: Console) -> None:
 
 
 def _export(args: argparse.Namespace, console: Console) -> None:
-    with Store(args.db) as store:
+    with Store(args.db, readonly=True) as store:
         count = store.export(args.file)
     console.print(f"exported {count} result(s) from {store.where} to {args.file}")
 
@@ -158,9 +164,11 @@ def _add_merge(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_prune(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--space-version-below", type=int, metavar="N",
+    parser.add_argument("--space-version-below", type=integer("--space-version-below", 0,
+                                                              2 ** 31 - 1), metavar="N",
                         help="remove kernels whose search-space version is below N")
-    parser.add_argument("--unseen-days", type=float, metavar="D",
+    parser.add_argument("--unseen-days", type=number("--unseen-days", 0.0, MAX_DAYS,
+                                                     include_minimum=True), metavar="D",
                         help="remove devices not seen for D days")
 
 
@@ -192,11 +200,7 @@ def _console() -> Console:
 
 def _runner(handler: Handler) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        try:
-            handler(args, _console())
-        except DatabaseError as err:
-            print(f"tunesearch db {args.db_command}: {err}", file=sys.stderr)
-            raise SystemExit(EXIT_ERROR) from None
+        handler(args, _console())
         return 0
 
     return run
@@ -205,12 +209,13 @@ def _runner(handler: Handler) -> Callable[[argparse.Namespace], int]:
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the `db` command group to an argparse subparsers object; returns its parser.
 
-    Each subcommand sets `args.func`, which runs it and returns 0 (or raises SystemExit(2)).
+    Each subcommand sets `args.func`, which runs it and returns 0; its failures are raised
+    (`DatabaseError`), for the caller to report (`tunesearch.errors.run_command`).
     """
     db_parser = subparsers.add_parser("db", help="look into, share and maintain the result "
                                       "database", description=__doc__.split("\n\n")[0])
     commands = db_parser.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = ArgumentParser(add_help=False)
     common.add_argument("--db", metavar="URL", default=None,
                         help="database URL or SQLite file (default: $TUNESEARCH_DB, else "
                              "~/.cache/tunesearch/tunesearch.db)")
@@ -223,10 +228,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run `db` commands without the rest of the CLI: `python -m tunesearch.db.commands db ls`."""
-    parser = argparse.ArgumentParser(prog="tunesearch")
+    parser = ArgumentParser(prog="tunesearch")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return args.func(args)
+    return run_command(lambda: args.func(args))
 
 
 if __name__ == "__main__":

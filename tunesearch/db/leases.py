@@ -245,7 +245,8 @@ class LeaseBoard:
             select(Kernel.key).select_from(Result)
             .join(Kernel, Kernel.id == Result.kernel_id)
             .join(Device, Device.id == Result.device_id)
-            .where(Device.key == device_key, Kernel.key.in_(kernel_keys))).scalars())
+            .where(Device.key == device_key, Kernel.key.in_(kernel_keys),
+                   Result.verified.is_(True), Result.time_s > 0)).scalars())  # trusted only
 
     def claim(self, worker: str, device_key: str, kernel_keys: Iterable[str]) -> Claim | None:
         """Take the heaviest claimable lease of these kernels on this device, or None."""

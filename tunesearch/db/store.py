@@ -22,12 +22,16 @@ configs and fingerprints are JSON objects (data, never code)::
      "results": [{"kernel": "k_3f2a...", "device": "d_91c0...", "config": {...},
                   "time_s": 0.0012, "spread": 0.02, "gflops": 41.5, "gbps": 3.1,
                   "default_time_s": 0.004, "speedup": 3.3, "trials": 200, "sampler": "tpe",
-                  "tunesearch_version": "0.1.0", "host": "box", "created": "..."}],
+                  "tunesearch_version": "0.1.0", "host": "box", "created": "...",
+                  "verified": true}],
      "trials": [{"kernel": "k_3f2a...", "device": "d_91c0...", "number": 0, "config": {...},
                  "time_s": 0.004, "error": null, "created": "..."}]}
 
 Importing keeps the faster of the stored and the imported result per (kernel, device), adds the
-trials not already stored, and refuses (changing nothing) a file of another format or version.
+trials not already stored, and refuses (changing nothing) a file of another format or version, or
+one whose numbers no measurement gives (a time of zero, an integer past 64 bits). An imported or
+merged result is not verified here (`verified` in the file is informational): the next search of
+its kernel on this device measures it again, and its result replaces the imported one.
 """
 from __future__ import annotations
 
@@ -45,7 +49,7 @@ from sqlalchemy.engine import URL
 from tunesearch.db import _exchange, _queries
 from tunesearch.db._engine import (
     backend_of, default_url, describe, is_read_only_url, normalize_url, open_engine,
-    read_only_url, run_transaction,
+    read_only_url, run_transaction, sqlite_file,
 )
 from tunesearch.db._errors import DatabaseError, read_only_error
 from tunesearch.db._migrations import (
@@ -83,21 +87,28 @@ def _reject_constant(name: str) -> None:
 class Store:
     """Tuning results in one database, given by a SQLAlchemy URL or a SQLite file path.
 
-    `readonly=True` opens it for lookups only (a SQLite file through `mode=ro`, PostgreSQL in
-    read-only transactions); so does a URL like `sqlite:///file:/x.db?mode=ro&uri=true`.
+    `readonly=True` opens it for lookups only (a SQLite file with `PRAGMA query_only`, never
+    creating it; PostgreSQL in read-only transactions); so does a URL like
+    `sqlite:///file:/x.db?mode=ro&uri=true`. A read-only store writes nothing, not even a schema:
+    an empty, missing or older database is refused with one line.
     """
 
     def __init__(self, url: str | os.PathLike | None = None, *, auto_upgrade: bool = True,
                  readonly: bool = False):
         parsed = normalize_url(default_url() if url is None else url)
+        readonly = readonly or is_read_only_url(parsed)
         if readonly:
             parsed = read_only_url(parsed)
         self.url: str = parsed.render_as_string(hide_password=False)
         self.where: str = describe(parsed)  # how messages name it: file path or URL sans password
-        self.readonly: bool = readonly or is_read_only_url(parsed)
+        self.readonly: bool = readonly
         self._backend = backend_of(parsed)
         if url is None and not self.readonly:
             _make_default_folder(parsed)
+        path = sqlite_file(parsed)
+        if self.readonly and path is not None and not path.is_file():
+            raise DatabaseError(f"cannot open database {self.where}: "
+                                f"{'not a file' if path.exists() else 'no such file'}")
         self._engine = open_engine(parsed, read_only=self.readonly)
         self._pid = os.getpid()
         self._write_refusal: DatabaseError | None = None
@@ -157,10 +168,13 @@ class Store:
             return schema.revision, schema.revision
         if schema.state is SchemaState.CURRENT:
             return schema.revision, schema.revision
+        if self.readonly and schema.revision is None:
+            raise DatabaseError(f"database {self.where} is empty: it holds no tunesearch results "
+                                "(opened read-only, so nothing was written)")
         if self.readonly:
-            found = "empty" if schema.revision is None else f"at revision {schema.revision}"
-            raise DatabaseError(f"database {self.where} is {found} and opened read-only; open it "
-                                "writable once to bring it to the current schema")
+            raise DatabaseError(f"database {self.where} is at revision {schema.revision}, older "
+                                f"than {head_revision()}, and opened read-only: run `tunesearch "
+                                "db upgrade` once")
         if schema.state is SchemaState.OLD and not auto_upgrade:
             raise DatabaseError(f"database {self.where} is at revision {schema.revision}, older "
                                 f"than {head_revision()}: run `tunesearch db upgrade`")
@@ -188,15 +202,25 @@ class Store:
         row = self._read(lambda connection: connection.execute(stmt).first())
         return None if row is None else _queries.result_from_row(row)
 
+    def has_result(self, kernel_key: str, device_key: str) -> bool:
+        """Whether a results row exists for the kernel on exactly this device key, readable or
+        not (`lookup` skips a row whose config or time is not what tunesearch writes)."""
+        stmt = (select(Result.id).select_from(Result)
+                .join(Kernel, Kernel.id == Result.kernel_id)
+                .join(Device, Device.id == Result.device_id)
+                .where(Kernel.key == kernel_key, Device.key == device_key))
+        return self._read(lambda connection: connection.execute(stmt).first()) is not None
+
     def record(self, kernel: KernelRecord, device: DeviceRecord, result: ResultRecord,
-               trials: Sequence[TrialRecord] = (), replace: bool = False) -> bool:
-        """Store `result` if it beats the stored best (strictly faster); True if it was stored.
-        With `replace` it is stored in any case: a winner that lost inside its model gives way
-        to the config that ran faster there.
+               trials: Sequence[TrialRecord] = (), *, supersede: bool = False) -> bool:
+        """Store `result` if it beats the stored best (strictly faster), or the stored one is
+        not verified and this one is; True if it was stored. `supersede` stores it whatever
+        is stored (for a caller that found the stored config unusable, or whose winner lost inside
+        its model to the default).
 
         The trials are appended to the history either way; the device's last_seen is updated.
         """
-        check_time(result.time_s, "result time_s")
+        check_time(result.time_s, "result time_s", positive=True)
         for trial in trials:
             check_time(trial.time_s, f"trial {trial.number} time_s", optional=True)
         now = _now()
@@ -206,7 +230,7 @@ class Store:
             kernel_id = _queries.upsert_kernel(connection, insert, kernel)
             device_id = _queries.upsert_device(connection, insert, device, now, now)
             stored = _queries.offer_result(connection, insert, kernel_id, device_id, result,
-                                           result.created or now, replace)
+                                           result.created or now, supersede=supersede)
             _queries.add_trials(connection, kernel_id, device_id,
                                 [(t, t.created or now) for t in trials])
             return stored
@@ -260,8 +284,10 @@ class Store:
 
     def export(self, path: str | os.PathLike) -> int:
         """Write every kernel, device, result and trial to a JSON file; returns the results."""
-        document = self._snapshot()
         target = Path(path)
+        if target.exists() and not target.is_file():  # a folder, a device: never replaced
+            raise DatabaseError(f"cannot write {target}: it exists and is not a regular file")
+        document = self._snapshot()
         partial = target.with_name(target.name + ".partial")
         try:
             partial.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n",
@@ -283,6 +309,9 @@ class Store:
             raise DatabaseError(f"cannot read {source}: {err.strerror or err}") from err
         except ValueError as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             raise DatabaseError(f"{source}: not a tunesearch export ({err})") from err
+        except RecursionError:
+            raise DatabaseError(f"{source}: not a tunesearch export (JSON nested too deeply)"
+                                ) from None
         return self._absorb(_exchange.parse(document, source))
 
     def merge(self, other_url: str | os.PathLike) -> int:
@@ -385,9 +414,19 @@ class Store:
         """
         old_kernels = gone_devices = None
         if space_version_below is not None:
+            if isinstance(space_version_below, bool) or not isinstance(space_version_below, int) \
+                    or not 0 <= space_version_below < 2 ** 31:
+                raise DatabaseError(f"prune: space_version_below={space_version_below!r} must be "
+                                    f"an integer from 0 to {2 ** 31 - 1}")
             old_kernels = select(Kernel.id).where(Kernel.space_version < space_version_below)
         if devices_unseen_days is not None:
-            cutoff = _now() - timedelta(days=devices_unseen_days)
+            try:
+                cutoff = _now() - timedelta(days=devices_unseen_days)
+            except (OverflowError, TypeError, ValueError):  # nan, or past year 1
+                cutoff = None
+            if cutoff is None or not devices_unseen_days >= 0:
+                raise DatabaseError(f"prune: devices_unseen_days={devices_unseen_days!r} must be "
+                                    "a number of days from 0 to what a date can hold")
             gone_devices = select(Device.id).where(Device.last_seen < cutoff)
         if old_kernels is None and gone_devices is None:
             return 0

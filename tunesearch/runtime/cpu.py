@@ -49,6 +49,7 @@ def compiler() -> tuple[str, str]:
 
 class CPUDevice(Device):
     name = "cpu"
+    host_memory = True
 
     def __init__(self):
         compiler()  # fail early, with the install hint

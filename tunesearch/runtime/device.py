@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tunesearch.errors import UserError
 from tunesearch.graph.dtypes import DType
 from tunesearch.graph.kernel import Kernel
 from tunesearch.space.config import Config
@@ -29,12 +30,14 @@ DEVICES: dict[str, str] = {
 }
 
 
-class DeviceUnavailable(RuntimeError):
+class DeviceUnavailable(UserError, RuntimeError):
     """The device cannot be used here; the message says why and what to install."""
 
 
 class CompileError(RuntimeError):
-    """The device's compiler rejected a source; the message holds its log."""
+    """The device's compiler rejected a source; the message holds its log. Not a `UserError`:
+    tunesearch generates every source, so one that does not compile is tunesearch's bug (in a
+    search it is data: the candidate fails)."""
 
 
 class DeviceLost(RuntimeError):
@@ -102,6 +105,9 @@ class Program:
 
 class Device(ABC):
     name: str
+    # buffers are host memory that kernels address directly (the runner fences them with guard
+    # pages, see search/_guarded.py); a Buffer's handle is then its numpy array
+    host_memory: bool = False
 
     @abstractmethod
     def info(self) -> DeviceInfo: ...

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
+from tunesearch.errors import SettingError
 from tunesearch.runtime.kernel_run import KernelRun
 
 TUNED_COLOR, DEFAULT_COLOR, HOST_COLOR = "#b7e4c7", "#e9ecef", "#fff3bf"
@@ -90,7 +91,11 @@ def dot_text(runs: Sequence[KernelRun], buffer_labels: dict[int, str] | None = N
 
 def write_dot(runs: Sequence[KernelRun], path: Path, buffer_labels: dict[int, str]) -> None:
     """Write the drawing of `runs` to `path` (a .dot file)."""
-    Path(path).write_text(dot_text(runs, buffer_labels))
+    try:
+        Path(path).write_text(dot_text(runs, buffer_labels))
+    except OSError as err:
+        raise SettingError(f"GRAPH=1 cannot write {path} (GRAPH_PATH): "
+                           f"{err.strerror or err}") from None
 
 
 def render(path: str | Path) -> str:

@@ -17,7 +17,7 @@ from tunesearch import settings
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import ScheduleItem
 from tunesearch.runtime import kernel_run
-from tunesearch.runtime.device import Device, Program, get_device
+from tunesearch.runtime.device import Device, Program, Source, get_device
 from tunesearch.runtime.kernel_run import KernelRun
 from tunesearch.space.config import Config, ConfigError
 from tunesearch.space.space import space_for
@@ -102,8 +102,22 @@ def _stored(kernel: Kernel, device: Device) -> Optional[dict]:
         return None
 
 
+def _nothing_to_compute(kernel: Kernel) -> Program:
+    """The program of a kernel whose output is empty (ONNX allows zero-size tensors): there is
+    no element to compute, so nothing is compiled and nothing runs."""
+    def run(buffers) -> None:
+        pass
+
+    def timed(buffers) -> float:
+        return 0.0
+
+    return Program(run, timed, Source("", kernel.name, kernel.key, len(kernel.buffers)))
+
+
 def get_program(kernel: Kernel, device: Device, config: Config) -> Program:
     key = (kernel.key, device.name, config)
+    if key not in _programs and kernel.buffers[0].size == 0:
+        _programs[key] = _nothing_to_compute(kernel)
     if key not in _programs:
         if settings.debug() >= 4:
             print(device.render(kernel, config).text, file=sys.stderr)

@@ -4,8 +4,8 @@ It is started (spawned, not forked: the tuner has threads) by runner.Runner, kee
 kernel's inputs on the device between trials, and answers one message at a time over a pipe:
 
     ("setup", kernel_key, buffer_specs, inputs, fill, guard)  ->  ("ready",)
-    ("run", artifact, source, timing)                         ->  ("done", first, times, guard_ok,
-                                                                   last_if_changed)
+    ("run", artifact, source, timing)                         ->  ("done", first, times,
+                                                                   violation, last_if_changed)
                                                               or  ("error", kind, message)
                                                               or  ("error", kind, message, RESTART)
 
@@ -14,8 +14,12 @@ and left its context unusable, so every later candidate would fail too): it exit
 it, and the runner starts a new one for the next candidate.
 
 `fill` is what the output holds before the first run (it differs from the reference everywhere,
-so unwritten elements show up); `guard` is a canary written past the output's end, so a write
-out of bounds is seen even when it does not crash.
+so unwritten elements show up). A candidate must touch only its own buffers, and write only its
+output. On a device whose buffers are host memory (the CPU) every buffer lies against
+inaccessible guard pages, inputs read-only, with a canary in front of the output
+(search/_guarded.py): a stray access faults, and the process dies with the candidate. Elsewhere
+`guard` is a canary written past the output's end and the inputs are compared after the first
+run (and put back). `violation` says which rule a candidate broke without faulting, or is None.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import numpy as np
 
 from tunesearch.graph.dtypes import dtypes
 from tunesearch.runtime.device import DeviceLost
+from tunesearch.search._guarded import GuardedArray
 
 RESTART = "restart"
 
@@ -61,20 +66,59 @@ class _Session:
     def __init__(self, device_name: str):
         from tunesearch.runtime.device import get_device
         self.device = get_device(device_name)
+        self.guarded = bool(getattr(self.device, "host_memory", False))
         self.buffers: list = []
         self.size = 0
         self.prefill: np.ndarray | None = None
+        self.output: GuardedArray | None = None  # the guarded output (host memory only)
+        self.inputs: list[np.ndarray] = []  # what the inputs hold (checked where not sealed)
         self.programs: dict[tuple[bytes, str], object] = {}
 
     def setup(self, buffer_specs, inputs, fill, guard) -> None:
-        self.buffers = []  # drop the previous kernel's buffers first: they may be large
+        self.buffers, self.output = [], None  # drop the previous kernel's buffers first
         out_dtype = dtypes.by_name(buffer_specs[0][1])
         self.size = buffer_specs[0][0]
-        self.prefill = np.concatenate([fill, guard]).astype(out_dtype.np)
-        out = self.device.alloc(self.prefill.size, out_dtype)
-        ins = [self.device.from_numpy(array, dtypes.by_name(name))
-               for array, (_, name) in zip(inputs, buffer_specs[1:])]
+        in_dtypes = [dtypes.by_name(name) for _, name in buffer_specs[1:]]
+        if self.guarded:
+            self.prefill = np.asarray(fill, out_dtype.np)
+            self.output = GuardedArray(self.size, out_dtype.np)
+            out = self._host_buffer(self.output, out_dtype)
+            ins = []
+            for array, dtype in zip(inputs, in_dtypes):
+                sealed = GuardedArray(array.size, dtype.np)
+                sealed.array[...] = np.asarray(array, dtype.np).reshape(-1)
+                sealed.read_only()
+                ins.append(self._host_buffer(sealed, dtype))
+            self.inputs = []
+        else:
+            self.prefill = np.concatenate([fill, guard]).astype(out_dtype.np)
+            out = self.device.alloc(self.prefill.size, out_dtype)
+            ins = [self.device.from_numpy(array, dtype) for array, dtype in zip(inputs, in_dtypes)]
+            self.inputs = [np.asarray(array, dtype.np).reshape(-1)
+                           for array, dtype in zip(inputs, in_dtypes)]
         self.buffers = [out, *ins]
+
+    def _host_buffer(self, guarded: GuardedArray, dtype):
+        from tunesearch.runtime.device import Buffer
+        # the buffer keeps the guarded mapping alive as long as the array is referenced
+        return Buffer(self.device.name, guarded.array.size, dtype, guarded.array,
+                      guarded.address)
+
+    def violation(self, full: np.ndarray) -> str | None:
+        """Which rule the last runs broke without faulting, or None; inputs a candidate wrote
+        are put back, so the next candidate starts from the same values."""
+        if self.guarded:
+            if not self.output.canary_intact():
+                return "wrote before the start of its output (the canary in front changed)"
+            return None
+        if not np.array_equal(full[self.size:], self.prefill[self.size:], equal_nan=True):
+            return "wrote past the end of its output (the canary after it changed)"
+        for index, (buffer, original) in enumerate(zip(self.buffers[1:], self.inputs), 1):
+            if not np.array_equal(self.device.copyout(buffer)[:original.size], original,
+                                  equal_nan=True):
+                self.device.copyin(buffer, original)
+                return f"wrote into its input buffer {index}"
+        return None
 
     def run(self, artifact: bytes, source, timing: Timing):
         key = (artifact, source.entry)  # one artifact may hold several entries
@@ -85,15 +129,23 @@ class _Session:
             program = self.programs[key] = self.device.load(artifact, source)
         out = self.buffers[0]
         self.device.copyin(out, self.prefill)
+        if self.output is not None:
+            self.output.reset_canary()
         start = time.perf_counter()
         program.run(self.buffers)
         self.device.synchronize()
         cold = time.perf_counter() - start
         full = self.device.copyout(out)
         first = full[:self.size].copy()
-        guard_ok = bool(np.array_equal(full[self.size:], self.prefill[self.size:], equal_nan=True))
+        violation = self.violation(full)
+        if violation is not None:
+            return first, [cold], violation, None
         if timing.cutoff_s is not None and cold > timing.cutoff_s:
-            return first, [cold], guard_ok, None  # far too slow to be worth timing carefully
+            # far too slow to be worth timing carefully; run once more all the same, so that an
+            # output that changes from run to run shows here too
+            program.run(self.buffers)
+            self.device.synchronize()
+            return first, [cold], self.violation(self.device.copyout(out)), self._changed(first)
         for _ in range(timing.warmup):
             program.run(self.buffers)
         times: list[float] = []
@@ -107,9 +159,12 @@ class _Session:
             if timing.cutoff_s is not None and elapsed > timing.cutoff_s:
                 break
         self.device.synchronize()
-        last = self.device.copyout(out)[:self.size]
-        changed = None if np.array_equal(last, first, equal_nan=True) else last.copy()
-        return first, times, guard_ok, changed
+        return first, times, self.violation(self.device.copyout(out)), self._changed(first)
+
+    def _changed(self, first: np.ndarray) -> np.ndarray | None:
+        """The output now, where it differs from the first run's."""
+        last = self.device.copyout(self.buffers[0])[:self.size]
+        return None if np.array_equal(last, first, equal_nan=True) else last.copy()
 
 
 def register_devices(registry: dict[str, str]) -> None:

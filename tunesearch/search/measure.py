@@ -160,10 +160,9 @@ class DeviceMeasurer(Measurer):
         reply = self.runner.run(artifact, source, timing, timeout)
         if reply[0] == "error":
             return MeasureResult.failed(config, reply[1], reply[2])
-        first, times, guard_ok, changed = reply[1:]
-        if not guard_ok:
-            return MeasureResult.failed(config, "crash", "wrote out of bounds: the canary past the "
-                                        "end of the output buffer was overwritten")
+        first, times, violation, changed = reply[1:]
+        if violation is not None:
+            return MeasureResult.failed(config, "crash", f"wrote out of bounds: {violation}")
         ok, max_error, message = verify.compare(first, state.reference, state.tolerance)
         if ok and changed is not None:
             ok, later_error, message = verify.compare(changed, state.reference, state.tolerance)

@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tunesearch.errors import UserError
 from tunesearch.space.config import Config
 
 # why a candidate failed; the order is the order reports list them in
 ERROR_KINDS = ("compile", "crash", "timeout", "wrong", "invalid")
 
 
-class TuneError(RuntimeError):
+class TuneError(UserError, RuntimeError):
     """Tuning cannot start: an unavailable device, a zero budget, an unknown sampler.
 
     The message is one line meant for the user, never a traceback.
@@ -122,7 +123,8 @@ class KernelResult:
     database already had a result; skipped), "failed" (no config ran correctly),
     "interrupted" (stopped by Ctrl-C; the best so far is kept), "skipped" (the run stopped
     before this kernel). speedup is default_time_s / time_s; gflops and gbps come from the
-    kernel's flops and bytes over time_s.
+    kernel's flops and bytes over time_s. saved says the store kept it as the new best (it
+    keeps a stored result that is at least as fast); save_error, why writing it failed.
     """
     kernel_key: str
     name: str
@@ -142,6 +144,7 @@ class KernelResult:
     stopped_by: str = ""
     saved: bool = False
     message: str = ""
+    save_error: str = ""  # why a result found was not saved (the database refused it)
 
     def as_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}

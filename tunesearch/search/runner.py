@@ -56,9 +56,14 @@ def _describe_exit(code: int | None) -> str:
         return "the runner process stopped answering"
     if code < 0:
         try:
-            return f"the runner process died with {signal.Signals(-code).name}"
+            name = signal.Signals(-code).name
         except ValueError:
             return f"the runner process died with signal {-code}"
+        if name in ("SIGSEGV", "SIGBUS"):  # the runner fences every buffer with guard pages
+            return (f"the runner process died with {name}: an access out of bounds of the "
+                    "kernel's buffers (a guard page, a write into an input) or another invalid "
+                    "address")
+        return f"the runner process died with {name}"
     return f"the runner process exited with status {code}"
 
 

@@ -120,7 +120,7 @@ def _from_history(frozen: optuna.trial.FrozenTrial) -> MeasureResult | None:
     if attrs.get("error") in ERROR_KINDS:
         return MeasureResult.failed(config, attrs["error"], attrs.get("message") or "",
                                     attrs.get("max_error"))
-    if frozen.value is None or not math.isfinite(frozen.value):
+    if frozen.value is None or not math.isfinite(frozen.value) or frozen.value <= 0:
         return None
     return MeasureResult(config, frozen.value, attrs.get("spread") or 0.0,
                          max_error=attrs.get("max_error"), repeats=attrs.get("repeats") or 0)
@@ -221,7 +221,8 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
     state = _Search(budget, clock)
     for frozen in study.get_trials(deepcopy=False):  # a resumed study: its trials count
         known = _from_history(frozen)
-        if known is not None:
+        # the storage is data like the results: a config that does not fit is never built
+        if known is not None and space.validate(known.config) is None:
             state.known(known)
     if default not in state.history:
         study.enqueue_trial(codec.encode(space.params_of(default)), skip_if_exists=True)

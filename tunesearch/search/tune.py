@@ -26,6 +26,8 @@ from tunesearch.search.progress import Progress, RichProgress
 from tunesearch.search.results import (Budget, KernelResult, MeasureResult, SearchResult,
                                        TuneError, TuneReport)
 from tunesearch.search.samplers import DEFAULT_SAMPLER, SAMPLERS
+from tunesearch.search.saving import check_writable
+from tunesearch.search.trust import Stored, stored_result, weigh_claimed
 from tunesearch.search.study import search_kernel
 from tunesearch.space.config import SPACE_VERSION, Config, ConfigError
 from tunesearch.space.space import Space, space_for
@@ -38,6 +40,7 @@ class _Job:
     space: Space
     default: MeasureResult | None = None
     starts: tuple[Config, ...] = ()   # winners of kernels like this one, to try early
+    stored: Stored = Stored()  # what the store holds for it (see search/trust.py)
 
     @property
     def weight(self) -> float:
@@ -49,10 +52,13 @@ class _Job:
 
 
 def unique_kernels(kernels: Iterable) -> list[tuple[Kernel, int]]:
-    """(kernel, occurrences) by key, in order of first appearance; schedule items are accepted."""
+    """(kernel, occurrences) by key, in order of first appearance; schedule items are accepted.
+    A kernel with an empty output (a zero-size tensor) computes nothing and is left out."""
     counts: dict[str, list] = {}
     for item in kernels:
         kernel = getattr(item, "kernel", item)
+        if kernel.buffers[0].size == 0:
+            continue
         if kernel.key in counts:
             counts[kernel.key][1] += 1
         else:
@@ -112,18 +118,12 @@ def _save(store, device: Device, job: _Job, result: KernelResult,
         trials=result.trials, sampler=result.sampler)
     saved = store.record(kernel_record(kernel),
                          DeviceRecord(info.key, info.backend, info.name, info.as_dict()),
-                         record, trials=trials)
+                         record, trials=trials, supersede=job.stored.supersede)
     return replace(result, saved=bool(saved))
 
 
-def _stored(job: _Job, record, space: Space) -> KernelResult | None:
-    """The store's result as this run's, or None when its config no longer fits the space."""
-    try:
-        config = Config.from_json(record.config)
-    except ConfigError:
-        return None
-    if space.validate(config) is not None:
-        return None
+def _stored(job: _Job, record, config: Config) -> KernelResult:
+    """The store's result (its config validated by search/trust.py) as this run's."""
     return KernelResult(job.kernel.key, job.kernel.name, "stored", job.occurrences, config,
                         record.time_s, record.spread, record.gflops, record.gbps,
                         record.default_time_s or None, record.speedup or None, record.trials,
@@ -179,8 +179,9 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
     storage: an Optuna storage URL for the studies (None: in memory).
     model: a name under which the store remembers these kernels and their occurrences, for
     `tunesearch report` to draw the model (as `run_workers` does).
-    Raises TuneError, with one line for the user, for an unavailable device, a zero budget, an
-    unknown sampler or a read-only store, before anything is measured.
+    Raises TuneError, with one line for the user, for an unavailable device, a zero budget or an
+    unknown sampler, and DatabaseError for a store that cannot be written, before anything is
+    measured. A result the store refuses later is reported with its save_error.
     """
     problem = budget.problem()
     if problem:
@@ -189,8 +190,8 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
         raise TuneError(f"unknown sampler {sampler!r}; known samplers: {', '.join(SAMPLERS)}")
     dev = _device(device)
     info = dev.info()
-    if store is not None and getattr(store, "readonly", False):
-        raise TuneError(f"cannot save: database {getattr(store, 'where', store)} is read-only")
+    if store is not None:
+        check_writable(store, dev)  # refused now, not after the search
     start = time.monotonic()
     view = progress if isinstance(progress, Progress) else \
         RichProgress() if progress else Progress()
@@ -215,14 +216,12 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
     try:
         todo = []
         for job in jobs:
-            known = store.lookup(job.kernel.key, info.key) if store is not None and not retune \
-                else None
-            stored = _stored(job, known, job.space) if known is not None else None
-            if known is not None and stored is None:
-                notes.append(f"the stored config of {job.kernel.name} no longer fits its space; "
-                             "tuning it again")
-            if stored is not None:
-                finish(stored)
+            if store is not None and not retune:
+                job.stored = stored_result(store, job.kernel, info.key, job.space)
+                if job.stored.note:
+                    notes.append(job.stored.note)
+            if job.stored.skip:
+                finish(_stored(job, job.stored.record, job.stored.config))
             else:
                 todo.append(job)
         for i, job in enumerate(todo):
@@ -244,11 +243,13 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
                 notes += [n for n in search.notes if n not in notes]
                 if trials_left is not None:
                     trials_left = max(0, trials_left - search.measured)
+            if job.stored.claimed is not None and result.status != "interrupted":
+                result = weigh_claimed(job.kernel, job.stored.claimed, measurer, result)
             if store is not None and result.time_s is not None:
                 try:
                     result = _save(store, dev, job, result, search)
                 except DatabaseError as exc:
-                    result = replace(result, message=f"not saved: {exc}")
+                    result = replace(result, message=f"not saved: {exc}", save_error=str(exc))
             finish(result)
             if result.status == "interrupted":
                 interrupted = True

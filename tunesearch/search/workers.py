@@ -414,7 +414,10 @@ def _kernel_result(store: Store, kernel: Kernel, occurrences: int, device_key: s
     record = store.lookup(kernel.key, device_key)
     if record is None:
         if states and all(state == FAILED for state in states):
-            return replace(base, status="failed", message=message or "no config ran correctly")
+            # a winner the database refused (tune_kernels' message) is counted as not saved
+            saving = message if message.startswith("not saved:") else ""
+            return replace(base, status="failed", message=message or "no config ran correctly",
+                           save_error=saving.removeprefix("not saved:").strip())
         return replace(base, message=f"not finished: {', '.join(sorted(set(states)))}")
     try:
         config = Config.from_json(record.config)

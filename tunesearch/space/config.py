@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from tunesearch.errors import UserError
+
 # bumped whenever the meaning of a knob or the code generated for it changes: a stored record
 # keeps the version it was tuned under (`tunesearch db prune --space-version-below` re-opens
 # what older code generation found); its config stays valid and is still used
@@ -16,7 +18,7 @@ from typing import Any, Mapping
 SPACE_VERSION = 2
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config that does not fit a kernel or device; the message says why."""
 
 

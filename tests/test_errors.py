@@ -1,0 +1,65 @@
+"""Expected failures are UserErrors (one line, exit 2); anything else is a bug (exit 1)."""
+from __future__ import annotations
+
+import pytest
+
+from tunesearch.db import DatabaseError
+from tunesearch.errors import (EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, InputError, SettingError,
+                               UsageError, UserError, run_command)
+from tunesearch.onnx import OnnxImportError
+from tunesearch.runtime.device import CompileError, DeviceUnavailable
+from tunesearch.search import TuneError
+from tunesearch.space.config import ConfigError
+from tunesearch.tensor import ShapeError
+
+
+@pytest.mark.parametrize("error", [DatabaseError, OnnxImportError, DeviceUnavailable, TuneError,
+                                   ConfigError, ShapeError, UsageError, SettingError, InputError])
+def test_each_expected_error_is_a_user_error(error):
+    assert issubclass(error, UserError)
+
+
+def test_a_compile_error_is_not_a_user_error():
+    # tunesearch writes every source it compiles: one that does not compile is its own bug
+    assert not issubclass(CompileError, UserError)
+
+
+def test_a_user_error_is_one_line_and_exit_2(capsys):
+    def command():
+        raise DatabaseError("database /x.db is\nnot valid")
+
+    assert run_command(command) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert err == "tunesearch: error: database /x.db is not valid\n"
+
+
+@pytest.mark.parametrize("bug", [ValueError("not enough values to unpack"), OSError(5, "I/O"),
+                                 KeyError("k"), ZeroDivisionError("division by zero")])
+def test_any_other_exception_is_an_internal_error_exit_1(capsys, monkeypatch, bug):
+    monkeypatch.delenv("DEBUG", raising=False)
+
+    def command():
+        raise bug
+
+    assert run_command(command) == EXIT_INTERNAL_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("tunesearch: internal error") and type(bug).__name__ in err
+    assert "DEBUG=1" in err
+
+
+def test_debug_1_adds_the_traceback_of_a_bug(capsys, monkeypatch):
+    monkeypatch.setenv("DEBUG", "1")
+
+    def command():
+        return [1, 2][5]
+
+    assert run_command(command) == EXIT_INTERNAL_ERROR
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "IndexError" in err
+    assert err.strip().splitlines()[-1].startswith("tunesearch: internal error")
+
+
+def test_a_command_returns_its_own_code():
+    assert run_command(lambda: None) == 0
+    assert run_command(lambda: 130) == 130

@@ -1,0 +1,93 @@
+"""Arguments of the command line, checked as they are parsed: before any work, before any file is
+opened or created, a bad value is one line on stderr and exit code 2.
+
+    parser = ArgumentParser(prog="tunesearch")
+    parser.add_argument("--trials", type=count("--trials"), default=40)
+    parser.add_argument("--time-budget", type=seconds("--time-budget"))
+
+This module imports nothing from tunesearch but its errors, so every command group (the `db`
+commands included) can use it.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Callable, NoReturn
+
+from tunesearch.errors import EXIT_USER_ERROR, UsageError, one_line
+
+SEED_LIMIT = 2 ** 32  # Optuna's samplers seed numpy's RandomState, which takes 0 .. 2**32 - 1
+INT32_LIMIT = 2 ** 31
+MAX_DAYS = 1_000_000.0  # ~2700 years: more is a typo (and past what a date can hold)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported as one line (and exit 2) instead of the usage
+    block and the error: every expected failure of the command line reads the same."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)",
+              file=sys.stderr)
+        raise SystemExit(EXIT_USER_ERROR)
+
+
+def integer(name: str, minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer from minimum to maximum (inclusive; None: no upper bound)."""
+    bounds = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes an integer, got {text!r}") from None
+        if value < minimum or maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{name} must be {bounds}, got {text}")
+        return value
+
+    parse.__name__ = "integer"  # what argparse calls the type in its messages
+    return parse
+
+
+def count(name: str) -> Callable[[str], int]:
+    """An argparse type: a positive count (trials, repeats, workers)."""
+    return integer(name, 1, INT32_LIMIT - 1)
+
+
+def number(name: str, minimum: float = 0.0, maximum: float = math.inf, *,
+           include_minimum: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number above minimum (or from it, with include_minimum) and
+    at most maximum; nan and inf are refused."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes a number, got {text!r}") from None
+        above = value >= minimum if include_minimum else value > minimum
+        if not math.isfinite(value) or not above or value > maximum:
+            low = f"{'at least' if include_minimum else 'above'} {minimum:g}"
+            high = f" and at most {maximum:g}" if math.isfinite(maximum) else ""
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number {low}{high}, "
+                                             f"got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def seconds(name: str) -> Callable[[str], float]:
+    """An argparse type: a positive, finite number of seconds."""
+    return number(name, 0.0)
+
+
+def check_new_file(path: str | os.PathLike, flag: str) -> None:
+    """Refuse, before any work, a file that cannot be written: its folder must exist."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UsageError(f"{flag} {path} is a folder, not a file")
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {path}: the folder {folder} does not exist")

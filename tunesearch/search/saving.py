@@ -1,0 +1,18 @@
+"""Whether the results of a search can be saved: asked before the search, not after it.
+
+A database can refuse writes in ways that opening it does not show: a read-only file system, a
+file SQLite can read but not lock for writing, a schema written by a newer tunesearch, a role
+without rights. `check_writable` makes one real write (this device was seen now, which
+`tunesearch db prune --unseen-days` reads anyway), so that each of these refuses the run before
+minutes of search are spent on results that could not be kept.
+"""
+from __future__ import annotations
+
+from tunesearch.db import DeviceRecord
+from tunesearch.runtime.device import Device, get_device
+
+
+def check_writable(store, device: str | Device) -> None:
+    """Raise the store's `DatabaseError` (one line) when it cannot record a result."""
+    info = (get_device(device) if isinstance(device, str) else device).info()
+    store.touch_device(DeviceRecord(info.key, info.backend, info.name, info.as_dict()))
