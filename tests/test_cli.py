@@ -176,20 +176,3 @@ def test_tune_with_workers_then_status(tmp_path):
     assert out["kernels_tuned"] > 0
     status = json.loads(cli("status", "--db", db, "--json", check=True).stdout)
     assert "tiny_cnn" in json.dumps(status)
-
-
-def test_graph_1_draws_the_kernels_of_a_model_run(tmp_path):
-    dot = tmp_path / "kernels.dot"
-    env = dict(os.environ, GRAPH="1", GRAPH_PATH=str(dot), TUNESEARCH_NODB="1")
-    proc = subprocess.run([sys.executable, "-m", "tunesearch.cli", "run", "example:tiny_cnn",
-                           "--repeat", "1"], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    text = dot.read_text()
-    kernels = [line for line in text.splitlines() if line.strip().startswith("k")
-               and "label=" in line]
-    assert len(kernels) == 13  # the tiny CNN's kernels, each once
-    edges = [line.strip().rstrip(";").split(" -> ") for line in text.splitlines() if "->" in line]
-    # every kernel but the first reads what an earlier kernel wrote
-    for i in range(1, 13):
-        assert any(dst == f"k{i}" and src.startswith("k") and int(src[1:]) < i
-                   for src, dst in edges), i
