@@ -386,7 +386,8 @@ class CPUSpace(Space):
         read with a stride along the vector lanes (a convolution's windows); the column blocks
         outermost while a column and a row sliver of the whole reduce stay in L2 together
         (BLIS's jr loop around ir), else a k tile sized for L1 with the row blocks outermost
-        (the row sliver resident in L1, the tile's panel streaming past it)."""
+        (the row sliver resident in L1, the tile's panel streaming past it) on one thread,
+        the larger side's blocks on several."""
         k, target = self.kernel, self.target
         n_out, domain = k.n_out, k.domain
         upcast = [1] * n_out
@@ -421,7 +422,12 @@ class CPUSpace(Space):
                 if not cpu_model.fits(target.l2, slivers):
                     tile = self._model_ktile(Config.make(upcast=tuple(upcast)))
                     if tile < domain[n_out]:
-                        ktile, first = tile, row
+                        # one thread: the row blocks outermost, the row sliver resident in
+                        # L1; several: the blocks of the larger side are shared out, so each
+                        # thread streams only its part of the larger operand's panel
+                        ktile = tile
+                        first = row if target.threads == 1 or domain[row] >= domain[col] \
+                            else col
             elif inner_contig:
                 split = max(s for s in (1, 2, 4, 8, 16, 32)
                             if s <= min(domain[-1], cpu_model.reduce_split(target, itemsize)))
