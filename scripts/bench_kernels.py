@@ -34,7 +34,7 @@ from tunesearch import Tensor  # noqa: E402
 from tunesearch.graph.schedule import create_schedule  # noqa: E402
 from tunesearch.runtime.device import get_device  # noqa: E402
 from tunesearch.space.config import Config  # noqa: E402
-from tunesearch.space.cpu_space import packable  # noqa: E402
+from tunesearch.space.kernel_shape import packable  # noqa: E402
 from tunesearch.space.space import space_for  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -89,14 +89,14 @@ def sweep_configs(space, threads: int):
     k tile or the model's, both block loop orders; split and blocks for reductions; the
     default's neighbours."""
     from tunesearch.space import cpu_model
-    from tunesearch.space.cpu_space import _gemm_axes
+    from tunesearch.space.kernel_shape import gemm_axes
     k = space.kernel
     base = space.default()
     target = space.target
     out = {base, *space.neighbours(base)}
     n_out = k.n_out
     real = [a for a in range(n_out) if k.domain[a] > 1]
-    gemm = _gemm_axes(k) if k.n_reduce else None
+    gemm = gemm_axes(k) if k.n_reduce else None
     if gemm is not None:
         row, col, _ = gemm
         lanes = target.lanes()

@@ -165,15 +165,16 @@ def grid(space) -> list[Config]:
     default's."""
     import itertools
     from tunesearch.space import cpu_model
-    from tunesearch.space.cpu_space import KTILES, _gemm_axes, _subsets, packable
+    from tunesearch.space.cpu_space import KTILES
+    from tunesearch.space.kernel_shape import gemm_axes, packable, subsets
     k, base, target = space.kernel, space.default(), space.target
-    row, col, _ = _gemm_axes(k)
+    row, col, _ = gemm_axes(k)
     lanes = target.lanes()
     blocks = [(r, v * lanes) for r in (2, 3, 4, 5, 6, 8, 12) for v in range(1, 7)
               if cpu_model.registers_needed(r, v, False) <= target.vector_registers]
     ktiles = [0] + [t for t in KTILES if t < k.domain[k.n_out] and t <= 512]
     out = []
-    for (ur, uc), pack, ktile in itertools.product(blocks, _subsets(packable(k)), ktiles):
+    for (ur, uc), pack, ktile in itertools.product(blocks, subsets(packable(k)), ktiles):
         upcast = list(base.get("upcast"))
         upcast[row], upcast[col] = min(ur, k.domain[row]), min(uc, k.domain[col])
         config = base.replace(upcast=tuple(upcast), pack=pack, ktile=ktile)

@@ -8,7 +8,7 @@ import pytest
 
 from tests.catalogue import catalogue
 from tunesearch.space import cpu_model
-from tunesearch.space.cpu_space import _gemm_axes
+from tunesearch.space.kernel_shape import gemm_axes
 from tunesearch.space.space import space_for
 from tunesearch.space.target import Cache, Target
 
@@ -19,7 +19,7 @@ LEVELS = {
                    isa="sse4"),
 }
 KERNELS = catalogue()
-GEMMS = [(n, k) for n, k in KERNELS if k.n_reduce and _gemm_axes(k) is not None]
+GEMMS = [(n, k) for n, k in KERNELS if k.n_reduce and gemm_axes(k) is not None]
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -75,7 +75,7 @@ def test_matmul_defaults_fit_the_register_file(level, name, kernel):
     space = space_for(kernel, target)
     config = space.default()
     assert space.validate(config) is None
-    row, col, b_side = _gemm_axes(kernel)
+    row, col, b_side = gemm_axes(kernel)
     upcast = config.get("upcast")
     vectors = -(-upcast[col] // target.lanes())
     assert cpu_model.registers_needed(upcast[row], vectors, False) <= target.vector_registers
@@ -88,7 +88,7 @@ def test_sampled_matmul_blocks_never_spill(level):
     rng = random.Random(2)
     for name, kernel in GEMMS:
         space = space_for(kernel, target)
-        row, col, _ = _gemm_axes(kernel)
+        row, col, _ = gemm_axes(kernel)
         for _ in range(100):
             values = {}
             for p in space.parameters():
@@ -112,13 +112,13 @@ def test_neighbours_are_valid_distinct_and_one_step_away(name, kernel):
         assert space.validate(config) is None
         changed = {k for k in dict(config.knobs) if config.get(k) != default.get(k)}
         assert len(changed) == 1, (config, default)
-    if _gemm_axes(kernel) is not None and kernel.domain[_gemm_axes(kernel)[0]] > 1:
+    if gemm_axes(kernel) is not None and kernel.domain[gemm_axes(kernel)[0]] > 1:
         assert any(c.get("upcast") != default.get("upcast") for c in near)
 
 
 def test_vector_multiples_are_column_choices():
     name, kernel = GEMMS[0]
-    _, col, _ = _gemm_axes(kernel)
+    _, col, _ = gemm_axes(kernel)
     for target in LEVELS.values():
         choices = {p.name: p.choices for p in space_for(kernel, target).parameters()}
         lanes = target.lanes()

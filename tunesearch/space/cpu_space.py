@@ -7,9 +7,9 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from tunesearch.graph.kernel import Kernel
 from tunesearch.space import cpu_model
 from tunesearch.space.config import Config, ConfigError
+from tunesearch.space.kernel_shape import gemm_axes, packable, subsets
 from tunesearch.space.space import (Param, Space, check_knob_set, decode,
                                     divisors_and_blocks, encode, permutations, prod,
                                     register)
@@ -25,29 +25,6 @@ MAX_UPCAST_AXES = 2           # each blocked axis with a tail doubles the specia
 MAX_SPLIT_BLOCK = 16          # with partial sums, each output lane is a vector of its own
 MAX_ELEMENTWISE_BLOCK = 256
 MAX_PACK_ELEMENTS = 1 << 26
-
-
-def packable(kernel: Kernel) -> tuple[int, ...]:
-    """Loads that can be staged in a panel: one view per buffer, read along the reduce."""
-    if not kernel.n_reduce:
-        return ()
-    views: dict[int, set] = {}
-    for node in kernel.loads():
-        views.setdefault(node.arg[0], set()).add(node.arg[1])
-    out = []
-    for index, vs in sorted(views.items()):
-        if len(vs) == 1:
-            view = next(iter(vs))
-            if any(view.strides[a] != 0 for a in range(kernel.n_out, len(kernel.domain))):
-                out.append(index)
-    return tuple(out)
-
-
-def _subsets(items: tuple[int, ...]) -> list[tuple[int, ...]]:
-    out = [()]
-    for item in items:
-        out += [s + (item,) for s in out]
-    return out
 
 
 @register("cpu")
@@ -71,7 +48,7 @@ class CPUSpace(Space):
             ktiles = self._ktiles()
             if len(ktiles) > 1:
                 params.append(Param("ktile", ktiles))
-            packs = _subsets(packable(k))
+            packs = subsets(packable(k))
             if len(packs) > 1:
                 params.append(Param("pack", tuple(encode(p) for p in packs)))
         if k.n_out and self.target.threads > 1:
@@ -119,7 +96,7 @@ class CPUSpace(Space):
         where operands are read again by other blocks (a matmul at heart); elsewhere a tile
         only adds traffic."""
         size = self.kernel.domain[self.kernel.n_out]
-        if _gemm_axes(self.kernel) is None:
+        if gemm_axes(self.kernel) is None:
             return (0,)
         return (0,) + tuple(t for t in KTILES if t < size)
 
@@ -184,7 +161,7 @@ class CPUSpace(Space):
         """A matmul's register block shrunk until the model says it fits the register file
         (rows first, then column vectors): a spilling block costs a trial and runs at half
         speed. Validation still accepts spilling blocks, so stored configs stay usable."""
-        gemm = _gemm_axes(self.kernel)
+        gemm = gemm_axes(self.kernel)
         if gemm is None:
             return upcast
         row, col, _ = gemm
@@ -235,7 +212,7 @@ class CPUSpace(Space):
         k = self.kernel
         out: list[Config] = []
         upcast = list(config.get("upcast"))
-        gemm = _gemm_axes(k)
+        gemm = gemm_axes(k)
         lanes = self.target.lanes(k.buffers[0].dtype.itemsize)
         if gemm is not None:
             row, col, _ = gemm
@@ -275,7 +252,7 @@ class CPUSpace(Space):
 
     def _model_ktile(self, config: Config) -> int:
         """The k tile the model gives for config's register block."""
-        gemm = _gemm_axes(self.kernel)
+        gemm = gemm_axes(self.kernel)
         if gemm is None:
             return 0
         row, col, _ = gemm
@@ -398,7 +375,7 @@ class CPUSpace(Space):
         itemsize = k.buffers[0].dtype.itemsize
         if k.n_reduce:
             inner_contig = any(v.strides[-1] == 1 for v in loads)
-            gemm = _gemm_axes(k)
+            gemm = gemm_axes(k)
             if gemm is not None:
                 row, col, b_side = gemm
                 views = {n.arg[0]: n.arg[1] for n in k.loads()}
@@ -441,31 +418,3 @@ class CPUSpace(Space):
                                if u <= min(domain[last], width))
         return dict(upcast=tuple(upcast), order=self._default_order(self._blocks(upcast), first),
                     split=split, unroll=unroll, ktile=ktile, pack=pack)
-
-
-def _gemm_axes(kernel: Kernel) -> tuple[int, int, int] | None:
-    """(row axis, column axis, buffer of the column side) where the kernel is a matmul at
-    heart: two loads read along the reduce, one varying along output axes the other does not.
-    The column axis is one its load reads contiguously where there is one (the vector lanes)."""
-    n_out, domain = kernel.n_out, kernel.domain
-    reads = [(n.arg[0], n.arg[1]) for n in kernel.loads()
-             if any(n.arg[1].strides[a] for a in range(n_out, len(domain)))]
-    own: dict[int, list[int]] = {}
-    for axis in range(n_out):
-        if domain[axis] == 1:
-            continue
-        varying = {b for b, v in reads if v.strides[axis] != 0}
-        if len(varying) == 1:
-            own.setdefault(varying.pop(), []).append(axis)
-    if len(own) < 2:
-        return None
-    views = dict(reads)
-
-    def col_score(item):
-        buf, axes = item
-        best = max(axes, key=lambda a: (abs(views[buf].strides[a]) == 1, a))
-        return (abs(views[buf].strides[best]) == 1, domain[best] >= 16, best), best, buf
-    (_, col, b_side), *_ = sorted((col_score(i) for i in own.items()), reverse=True)
-    rows = [a for buf, axes in own.items() if buf != b_side for a in axes]
-    row = max(rows, key=lambda a: (domain[a], a))
-    return row, col, b_side

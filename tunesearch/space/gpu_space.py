@@ -21,6 +21,7 @@ from tunesearch.graph.dtypes import DType, dtypes
 from tunesearch.graph.kernel import Kernel, KNode
 from tunesearch.graph.view import View
 from tunesearch.space.config import Config, ConfigError
+from tunesearch.space.kernel_shape import subsets
 from tunesearch.space.space import (Param, Space, check_knob_set, decode,
                                     divisors_and_blocks, encode, permutations, prod,
                                     register)
@@ -103,13 +104,6 @@ def local_bytes(kernel: Kernel, config: Config) -> int:
     return total
 
 
-def _subsets(items: tuple[int, ...]) -> list[tuple[int, ...]]:
-    out = [()]
-    for item in items:
-        out += [s + (item,) for s in out]
-    return out
-
-
 def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
@@ -129,7 +123,7 @@ class GPUSpace(Space):
             size = k.domain[-1]
             params.append(Param("group", tuple(g for g in GROUPS if g <= size)))
             params.append(Param("unroll", UNROLLS))
-            stages = [encode(s) for s in _subsets(stageable(k))]
+            stages = [encode(s) for s in subsets(stageable(k))]
             if len(stages) > 1:
                 params.append(Param("stage", tuple(stages)))
                 params.append(Param("ktile", divisors_and_blocks(size, KTILES),
