@@ -19,8 +19,9 @@
    trials.
 3. Real tuning: matmul 1024 tuned from an empty database and an empty compile cache reaches
    at least 0.95x numpy/OpenBLAS (same thread count) within 60 s of wall time, the other shapes
-   (--shapes) 0.9x, at one and at all threads (--threads). numpy and the tuned kernel are each timed in a block of runs of their own (their
-   worker threads keep spinning after a call and would steal the other core).
+   (--shapes) 0.9x, at one and at all threads (--threads). numpy and the tuned kernel are each
+   timed in a block of runs of their own (their worker threads keep spinning after a call and
+   would steal the other core).
 """
 from __future__ import annotations
 
@@ -297,9 +298,10 @@ def matmul_run(seconds: float, shape: str, threads: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=7, help="seeds per sampler (median taken)")
-    parser.add_argument("--seconds", type=float, default=60.0, help="wall time for matmul 1024")
+    parser.add_argument("--seconds", type=float, default=60.0,
+                        help="wall time for each matmul tuned")
     parser.add_argument("--no-sweep", action="store_true", help="skip the sampler comparison")
-    parser.add_argument("--no-matmul", action="store_true", help="skip the matmul 1024 run")
+    parser.add_argument("--no-matmul", action="store_true", help="skip the matmul tuning runs")
     parser.add_argument("--no-grid", action="store_true",
                         help="skip the matmul and convolution search efficiency")
     parser.add_argument("--samplers", default="tpe,random",
