@@ -71,6 +71,10 @@ def _spread(values: list[float]) -> float:
 def measure(model, inputs, repeat: int, db_url: str | None) -> Comparison:
     """Alternating blocks of the defaults and the winners until both sides agree with
     themselves (or MAX_ROUNDS); see the module docstring."""
+    # a first round of both sides, not counted: fresh plans, buffers and sleeping threads make
+    # the first blocks after tuning slower than any later one
+    profile_with(model, inputs, 1, db_url, use_db=False)
+    profile_with(model, inputs, 1, db_url, use_db=True)
     before, after = [], []
     rounds = 0
     while rounds < MAX_ROUNDS:

@@ -85,14 +85,14 @@ def cpu_isa() -> str:
 
 def omp_spin() -> int | None:
     """TUNESEARCH_OMP_SPIN: how long an idle OpenMP thread spins before it sleeps, in spins of
-    libgomp's GOMP_SPINCOUNT (default 1000, some tens of microseconds: long enough to catch the
-    next kernel of a model, short enough not to steal a busy machine's core). "openmp" leaves
-    OpenMP's own settings (and OMP_WAIT_POLICY, GOMP_SPINCOUNT, KMP_BLOCKTIME when the user
-    set them) alone; 0 is passive waiting."""
+    libgomp's GOMP_SPINCOUNT (default 10000, a 30th of libgomp's own: long enough to catch the
+    next kernel of a model, short enough not to hold a busy machine's core for milliseconds).
+    "openmp" leaves OpenMP's own settings (and OMP_WAIT_POLICY, GOMP_SPINCOUNT, KMP_BLOCKTIME
+    when the user set them) alone; 0 is passive waiting."""
     value = os.environ.get("TUNESEARCH_OMP_SPIN", "").strip().lower()
     if value == "openmp":
         return None
-    spins = _int("TUNESEARCH_OMP_SPIN", 1000)
+    spins = _int("TUNESEARCH_OMP_SPIN", 10000)
     if spins < 0:
         raise ValueError(f"TUNESEARCH_OMP_SPIN={value!r} must be 0 or more, or 'openmp'")
     return spins

@@ -34,7 +34,7 @@ def _openmp_env(tmp_path, **env) -> str:
 
 
 def test_idle_threads_spin_briefly_by_default(tmp_path):
-    assert "GOMP_SPINCOUNT = '1000'" in _openmp_env(tmp_path)
+    assert "GOMP_SPINCOUNT = '10000'" in _openmp_env(tmp_path)
 
 
 def test_spin_setting_and_passive_waiting(tmp_path):
@@ -44,6 +44,6 @@ def test_spin_setting_and_passive_waiting(tmp_path):
 
 def test_the_users_openmp_settings_are_kept(tmp_path):
     shown = _openmp_env(tmp_path, OMP_WAIT_POLICY="active")
-    assert "OMP_WAIT_POLICY = 'ACTIVE'" in shown and "GOMP_SPINCOUNT = '1000'" not in shown
+    assert "OMP_WAIT_POLICY = 'ACTIVE'" in shown and "GOMP_SPINCOUNT = '10000'" not in shown
     shown = _openmp_env(tmp_path, TUNESEARCH_OMP_SPIN="openmp")
-    assert "GOMP_SPINCOUNT = '1000'" not in shown
+    assert "GOMP_SPINCOUNT = '10000'" not in shown
