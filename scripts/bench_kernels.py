@@ -99,9 +99,7 @@ def sweep_configs(space, threads: int):
     gemm = gemm_axes(k) if k.n_reduce else None
     if gemm is not None:
         row, col, _ = gemm
-        lanes = target.lanes()
-        blocks = [(r, v * lanes) for r in (4, 6, 8) for v in range(1, 5)
-                  if cpu_model.registers_needed(r, v, False) <= target.vector_registers]
+        blocks = cpu_model.blocks_that_fit(target, (4, 6, 8), range(1, 5))
         packs = {(), base.get("pack"), packable(k)}
         ktiles = {0, space._model_ktile(base)}
         for (ur, uc), order_first, pack, ktile in itertools.product(

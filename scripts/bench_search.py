@@ -151,11 +151,7 @@ class CachedMeasurer(Measurer):
 
     def measure(self, kernel, configs):
         self.ensure(kernel, configs)
-        out = []
-        for c in configs:
-            t, _ = self.table[c]
-            out.append(SimulatedMeasurer({c: t}).measure(kernel, [c])[0])
-        return out
+        return SimulatedMeasurer(lambda c: self.table[c][0]).measure(kernel, configs)
 
     def retime(self, kernel, configs):
         return self.measure(kernel, configs)
@@ -170,9 +166,7 @@ def grid(space) -> list[Config]:
     from tunesearch.space.kernel_shape import gemm_axes, packable, subsets
     k, base, target = space.kernel, space.default(), space.target
     row, col, _ = gemm_axes(k)
-    lanes = target.lanes()
-    blocks = [(r, v * lanes) for r in (2, 3, 4, 5, 6, 8, 12) for v in range(1, 7)
-              if cpu_model.registers_needed(r, v, False) <= target.vector_registers]
+    blocks = cpu_model.blocks_that_fit(target, (2, 3, 4, 5, 6, 8, 12), range(1, 7))
     ktiles = [0] + [t for t in KTILES if t < k.domain[k.n_out] and t <= 512]
     out = []
     for (ur, uc), pack, ktile in itertools.product(blocks, subsets(packable(k)), ktiles):

@@ -52,8 +52,8 @@ class IsaError(ValueError):
 
 @functools.lru_cache(maxsize=None)
 def cpuinfo() -> dict[str, str]:
-    """Model name, vendor and flags of the first CPU in /proc/cpuinfo."""
-    info = {"model": "", "vendor": "", "flags": ""}
+    """Model name, vendor, flags and clock (MHz) of the first CPU in /proc/cpuinfo."""
+    info = {"model": "", "vendor": "", "flags": "", "mhz": ""}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
@@ -64,6 +64,8 @@ def cpuinfo() -> dict[str, str]:
                 info["vendor"] = value
             elif key in ("flags", "Features") and not info["flags"]:
                 info["flags"] = value
+            elif key == "cpu MHz" and not info["mhz"]:
+                info["mhz"] = value
     except OSError:
         pass
     info["model"] = info["model"] or platform.processor() or platform.machine()
@@ -196,28 +198,17 @@ def physical_cores() -> int:
 
 def clock_ghz() -> float:
     """The core clock /proc/cpuinfo reports (2.5 where it reports none)."""
-    for line in _read("/proc/cpuinfo").splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "cpu MHz":
-            try:
-                return max(0.5, float(value) / 1000)
-            except ValueError:
-                break
-    return 2.5
-
-
-def _read(path: str) -> str:
     try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
+        return max(0.5, float(cpuinfo()["mhz"]) / 1000)
+    except ValueError:
+        return 2.5
 
 
 FORK_JOIN_SOURCE = """
 #include <omp.h>
 double fork_join(int threads, int rounds) {
-  /* median-free: the mean of rounds, each after 20 us of serial work on the calling thread,
-     the gap between two kernels of a model */
+  /* the mean over rounds, each after 20 us of serial work on the calling thread (the gap
+     between two kernels of a model) */
   volatile double sink = 0; double total = 0;
   for (int r = 0; r < rounds; r++) {
     double t0 = omp_get_wtime();

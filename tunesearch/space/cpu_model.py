@@ -80,6 +80,14 @@ def register_block(target: Target, itemsize: int = 4, rows_max: int = MAX_BLOCK_
     return best
 
 
+def blocks_that_fit(target: Target, rows, vectors, itemsize: int = 4) -> list[tuple[int, int]]:
+    """(rows, columns) of the register blocks, rows x vectors of them, that fit the register
+    file with rows read in place: what a sweep of the space should cover."""
+    lanes = target.lanes(itemsize)
+    return [(r, v * lanes) for r in rows for v in vectors
+            if registers_needed(r, v, False) <= target.vector_registers]
+
+
 def _edge_efficiency(size: int, block: int) -> float:
     """Useful share of the work when size is covered by whole blocks of block."""
     return size / (math.ceil(size / block) * block)
