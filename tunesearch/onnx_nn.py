@@ -1,8 +1,9 @@
 """ONNX operators for networks: convolutions, pooling, normalizations, LRN, Pad and Resize.
 
 Windows (the patches a convolution or a pool reads) are a strided view of the padded input: no
-copy where a pool reads them, one im2col copy laid out [.., out positions, channel x kernel] where
-a convolution reads them, so that every convolution is one matmul-like reduce kernel.
+copy where a pool or a depthwise convolution reads them, one im2col copy laid out [.., channel x
+kernel, out positions] where a convolution reads them, so that every other convolution is one
+matmul-like reduce kernel whose column operand and output are contiguous along the positions.
 """
 from __future__ import annotations
 
@@ -100,11 +101,19 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
     if all(k == 1 for k in kernel):
         cols = cols.reshape(batch, groups, 1, cig, positions)
         out = (cols * _weight(ctx, w, (1, groups, rc, cig, 1))).sum(3)
+    elif cig == 1:
+        # depthwise: each output channel reads one input channel's windows in place, no copy;
+        # the window axes are the whole reduce and the positions stay the vector lanes
+        cols = cols.reshape(batch, groups, 1, *outs, *kernel)
+        weight = _weight(ctx, w, (1, groups, rc, *([1] * n), *kernel))
+        out = (cols * weight).sum(tuple(range(3 + n, 3 + 2 * n)))
     else:
+        # one im2col copy laid out [channel x kernel, positions]: the positions are contiguous
+        # in the copy's reads and writes and in the matmul's column operand and output
         cols = cols.reshape(batch, groups, cig, *outs, *kernel)
-        order = [0, 1] + [3 + i for i in range(n)] + [2] + [3 + n + i for i in range(n)]
-        cols = cols.permute(order).reshape(batch, groups, 1, positions, depth)
-        out = (cols * _weight(ctx, w, (1, groups, rc, 1, depth))).sum(-1)
+        order = [0, 1, 2] + [3 + n + i for i in range(n)] + [3 + i for i in range(n)]
+        cols = cols.permute(order).reshape(batch, groups, 1, depth, positions)
+        out = (cols * _weight(ctx, w, (1, groups, rc, depth, 1))).sum(3)
     out = out.reshape(batch, cout, *outs)
     if bias is not None:
         out = out + ctx.tensor(bias).reshape(1, cout, *([1] * n))

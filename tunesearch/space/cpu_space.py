@@ -10,6 +10,7 @@ from typing import Any
 from tunesearch.space import cpu_model
 from tunesearch.space.config import Config, ConfigError
 from tunesearch.space.kernel_shape import gemm_axes, packable, subsets
+from tunesearch.space.lower_cpu import interior_ranges
 from tunesearch.space.space import (Param, Space, check_knob_set, decode,
                                     divisors_and_blocks, encode, permutations, prod,
                                     register)
@@ -405,15 +406,21 @@ class CPUSpace(Space):
                         ktile = tile
                         first = row if target.threads == 1 or domain[row] >= domain[col] \
                             else col
-            elif inner_contig:
+            elif inner_contig and (domain[-1] >= cpu_model.reduce_split(target, itemsize)
+                                   or last is None):
                 split = max(s for s in (1, 2, 4, 8, 16, 32)
                             if s <= min(domain[-1], cpu_model.reduce_split(target, itemsize)))
                 unroll = 4
             elif last is not None:
+                # a reduce too short to fill partial-sum vectors (a pool's or a depthwise
+                # convolution's window): the vector lanes run over the outputs instead
                 upcast[last] = min(cpu_model.elementwise_block(target, itemsize), domain[last])
                 unroll = 2
         elif last is not None:
-            width = cpu_model.elementwise_block(target, itemsize)
+            # where a view masks the vector axis (a pad), one vector a block: the blocks that
+            # lie inside the mask run unmasked (lower_cpu.interior_ranges), all but the edges
+            width = target.lanes(itemsize) if last in interior_ranges(k) else \
+                cpu_model.elementwise_block(target, itemsize)
             upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32, 64)
                                if u <= min(domain[last], width))
         return dict(upcast=tuple(upcast), order=self._default_order(self._blocks(upcast), first),

@@ -69,8 +69,12 @@ class Dialect:
         return f"{acc} = ({x}>{acc})?({x}):({acc});"
 
 
-def index_expr(view: View, axis_index: Callable[[int], str]) -> tuple[str, str | None]:
-    """The buffer offset a view reads at the domain index, and its validity test (or None)."""
+def index_expr(view: View, axis_index: Callable[[int], str],
+               holds: Callable[[int], str | None] = lambda axis: None
+               ) -> tuple[str, str | None]:
+    """The buffer offset a view reads at the domain index, and its validity test (or None).
+    holds(axis), where not None, is a C flag under which the tests on that axis are known to
+    pass (a block inside the mask on it), so the compiler drops them where the flag is 1."""
     terms = [str(view.offset)] if view.offset else []
     for axis, stride in enumerate(view.strides):
         if stride:
@@ -81,10 +85,13 @@ def index_expr(view: View, axis_index: Callable[[int], str]) -> tuple[str, str |
         for axis, ((lo, hi), size) in enumerate(zip(view.mask, view.shape)):
             if lo >= hi:
                 return "0", "0"
+            flag = holds(axis)
             if lo > 0:
-                tests.append(f"({axis_index(axis)})>={lo}")
+                test = f"({axis_index(axis)})>={lo}"
+                tests.append(f"({flag}||{test})" if flag else test)
             if hi < size:
-                tests.append(f"({axis_index(axis)})<{hi}")
+                test = f"({axis_index(axis)})<{hi}"
+                tests.append(f"({flag}||{test})" if flag else test)
         valid = "&&".join(tests) if tests else None
     return "+".join(terms) or "0", valid
 
@@ -124,7 +131,7 @@ class ExprEmitter:
                 value = self.load(node)
             elif node.op == "const":
                 value = d.literal(node.arg[0], node.dtype)
-                valid = index_expr(node.arg[1], self.axis_index)[1]
+                valid = index_expr(node.arg[1], self.axis_index, self.holds)[1]
                 if valid:
                     value = f"(({valid})?{value}:{d.literal(0, node.dtype)})"
             elif isinstance(node.op, UnaryOps):
@@ -144,3 +151,4 @@ class ExprEmitter:
         return names[id(root)]
 
     axis_index: Callable[[int], str] = staticmethod(lambda axis: f"i{axis}")
+    holds: Callable[[int], str | None] = staticmethod(lambda axis: None)

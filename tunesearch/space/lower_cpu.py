@@ -151,7 +151,9 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
         extra += (f", const int k0, const int kn, const int first, const int last, "
                   f"{d.type_name(reduce_node.dtype)}* {d.restrict} part")
     origins = "".join(f", const int o{a}" for a in range(n_out))
-    sig = _params(kernel, d) + origins + "".join(f", const int n{a}" for a in range(n_out)) + extra
+    inside_masks = interior_ranges(kernel)
+    sig = _params(kernel, d) + origins + "".join(f", const int n{a}" for a in range(n_out)) \
+        + (", const int inner" if inside_masks else "") + extra
     lines.append(f"static inline __attribute__((always_inline)) void {name}_block({sig}) {{")
     body: list[str] = []
     lane_idx = [f"(o{a}+l{a})" for a in range(n_out)]
@@ -165,6 +167,9 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
             return red_idx[inner] if axis == len(domain) - 1 else "0"
         return red_idx[axis - n_out]
 
+    def holds(axis: int) -> str | None:
+        return "inner" if axis in inside_masks else None
+
     def load(node: KNode) -> str:
         index, view = node.arg
         if index in packs:
@@ -176,12 +181,13 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
             else:
                 red = [f"({red_idx[0]}-k0)"] + red_idx[1:] if tiled else red_idx
             return f"pk{index}[{p.offset(blocks, red, lanes)}]"
-        idx, valid = index_expr(view, axis_index)
+        idx, valid = index_expr(view, axis_index, holds)
         read = f"data{index}[{idx}]"
         return f"(({valid})?{read}:{d.literal(0, node.dtype)})" if valid else read
 
     emitter = ExprEmitter(d, load)
     emitter.axis_index = staticmethod(axis_index)
+    emitter.holds = staticmethod(holds)
     lane_loops = [f"for (int l{a} = 0; l{a} < n{a}; l{a}++)" for a in range(n_out)]
     # the reduce runs over whole blocks where the panels are padded: one shape for every call
     padded = padded_axes(kernel, packs)
@@ -254,7 +260,10 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
             body.append("}" * (n_out + 2 + opened))
         body.append("}" * (len(bounds) - 1))
         known[id(reduce_node)] = "red"
-    body += [unroll_lanes + " " + loop + " {" for loop in lane_loops]
+    # the last axis's lanes as a simd loop: fully unrolled, GCC's straight-line vectorizer
+    # gives up on the int index arithmetic and writes a block element by element
+    body += [("_Pragma(\"omp simd\")" if a == n_out - 1 else unroll_lanes) + " " + loop + " {"
+             for a, loop in enumerate(lane_loops)]
     if reduce_node is not None:
         body.append(f"{d.type_name(reduce_node.dtype)} red = {acc_at}[0];")
         body.append(f"for (int s = 1; s < {split}; s++) "
@@ -269,7 +278,7 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
 
     # ---- the tails, out of line: inlined beside the full block they spoil its vectorization
     pack_args = "".join(f", pk{i}" for i in packs) + (", k0, kn, first, last, part" if tiled else "")
-    dispatch, tails = _tail_dispatch(kernel, upcast, pack_args, name)
+    dispatch, tails = _tail_dispatch(kernel, upcast, pack_args, name, inside_masks)
     for bounds, tail in tails:
         lines += [f"static __attribute__((noinline)) void {tail}({_params(kernel, d)}{origins}"
                   f"{extra}) {{", f"  {name}_block({_block_args(kernel, bounds)}{pack_args});",
@@ -317,10 +326,31 @@ def _block_args(kernel: Kernel, bounds) -> str:
     return _args(kernel) + "".join(", " + arg for arg in args)
 
 
+def interior_ranges(kernel: Kernel) -> dict[int, tuple[int, int]]:
+    """Per output axis that some view masks (a pad), the range of indices inside every mask on
+    it. A block within these ranges on every such axis runs without the tests: the block
+    function takes a flag `inner`, and the full blocks are called with it constant, once 1 and
+    once 0, so the compiler makes an unmasked copy that vectorizes (a masked read does not)."""
+    n_out = kernel.n_out
+    ranges: dict[int, tuple[int, int]] = {}
+    for node in kernel.expr.walk():
+        if node.op not in ("load", "const") or node.arg[1].mask is None:
+            continue
+        view = node.arg[1]
+        for a in range(n_out):
+            lo, hi = view.mask[a]
+            if (lo, hi) != (0, view.shape[a]):
+                old = ranges.get(a, (0, view.shape[a]))
+                ranges[a] = (max(old[0], lo), min(old[1], hi))
+    return ranges
+
+
 def _tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
-                   name: str) -> tuple[list[str], list[tuple[list[int], str]]]:
+                   name: str, inside_masks: dict[int, tuple[int, int]] | None = None
+                   ) -> tuple[list[str], list[tuple[list[int], str]]]:
     """Nested ifs that call block() with constant bounds for full blocks and each tail's
-    function for the axes' tails; also the tails as (bounds, function name)."""
+    function for the axes' tails; also the tails as (bounds, function name). Where views are
+    masked (inside_masks), a full block inside every mask runs the unmasked copy."""
     n_out, domain = kernel.n_out, kernel.domain
     axes_with_tail = [a for a in range(n_out) if domain[a] % upcast[a]]
     out: list[str] = []
@@ -334,10 +364,19 @@ def _tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
                 bounds[a] = domain[a] % upcast[a]
             tests.append(f"o{a}+{upcast[a]}{'>' if is_tail else '<='}{domain[a]}")
         prefix = "" if not tests else ("if (" if i == 0 else "else if (") + " && ".join(tests) + ") "
-        if i == 0:
+        if i == 0 and inside_masks:
+            inside = " && ".join(f"o{a}>={lo} && o{a}+{upcast[a]}<={hi}"
+                                 for a, (lo, hi) in sorted(inside_masks.items()))
+            # the unmasked copy in a function of its own, as the tails: inlined beside the
+            # masked one, GCC merges the two and vectorizes neither
+            tails.append((list(bounds) + [1], f"{name}_inner"))
+            out.append(prefix + f"{{ if ({inside}) {name}_inner({_block_args(kernel, [])}"
+                       f"{pack_args}); else {name}_block({_block_args(kernel, bounds)}, 0"
+                       f"{pack_args}); }}")
+        elif i == 0:
             out.append(prefix + f"{name}_block({_block_args(kernel, bounds)}{pack_args});")
         else:
-            tails.append((bounds, f"{name}_tail{i}"))
+            tails.append((bounds + ([0] if inside_masks else []), f"{name}_tail{i}"))
             out.append(prefix + f"{name}_tail{i}({_block_args(kernel, [])}{pack_args});")
     return out, tails
 
