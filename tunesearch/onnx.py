@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from tunesearch import onnx_nn, onnx_shape  # noqa: F401  (register their operators)
+from tunesearch import onnx_nn, onnx_rewrite, onnx_shape  # noqa: F401  (register operators)
 from tunesearch import settings
 from tunesearch.errors import InputError
 from tunesearch.graph.kernel import Kernel
@@ -128,7 +128,13 @@ class OnnxModel:
                                len(graph.node), len(graph.initializer),
                                int(sum(a.size for a in self.initializers.values())),
                                tuple(sorted(counts.items())))
-        self._fanout = Counter(name for n in graph.node for name in n.input if name)
+        if settings.graph_rewrites():
+            rewritten = onnx_rewrite.fold_into_weights(graph, self.initializers)
+        else:
+            rewritten = onnx_rewrite.Rewritten(list(graph.node), dict(self.initializers))
+        self._nodes, self._constants = rewritten.nodes, rewritten.constants
+        self.rewrites = dict(rewritten.folded)  # {"BatchNormalization into Conv": count, ..}
+        self._fanout = Counter(name for n in self._nodes for name in n.input if name)
         self._fanout.update(v.name for v in graph.output)
         self._plans: dict[tuple, Plan] = {}
         self._plan({v.name: v.shape for v in self.inputs})  # trace now: import errors show here
@@ -237,13 +243,13 @@ class OnnxModel:
     def trace(self, shapes: dict[str, tuple]) -> tuple[dict[str, Tensor], list[Any]]:
         """The model as Tensor calls on placeholder inputs: (input tensors, output values), each
         output a Tensor or a numpy array (an output known at import)."""
-        values: dict[str, Any] = dict(self.initializers)
+        values: dict[str, Any] = dict(self._constants)
         inputs = {}
         for v in self.inputs:
             dt = internal_dtype(v.dtype)
             inputs[v.name] = values[v.name] = Tensor(np.zeros(shapes[v.name], dt.np),
                                                      device=self.device, dtype=dt)
-        for node in self.proto.graph.node:
+        for node in self._nodes:
             ctx = NodeContext(node, self.opset, self.device)
             for name in node.input:
                 if name and name not in values:

@@ -246,16 +246,22 @@ def _channel_shape(x: Tensor) -> tuple[int, ...]:
 
 
 def _check_batchnorm(ctx) -> Optional[str]:
-    if ctx.attr("training_mode", 0) or (ctx.n_outputs > 1 and ctx.opset >= 14):
-        return "BatchNormalization in training mode"
+    if ctx.n_outputs > 1 and (ctx.opset >= 14 or ctx.attr("training_mode", 0)):
+        return "BatchNormalization with running-statistics outputs (training)"
     return None
 
 
 @register("BatchNormalization", check=_check_batchnorm)
 def batch_norm(ctx, x, scale, bias, mean, var):
+    """Inference: the given mean and variance. Training mode (opset 14+, output Y only): the
+    batch's own statistics over every axis but the channel, as onnxruntime computes them."""
     x = ctx.tensor(x)
     eps = ctx.attr("epsilon", 1e-5)
     shape = _channel_shape(x)
+    if ctx.attr("training_mode", 0):
+        axes = (0,) + tuple(range(2, x.ndim))
+        normalized, _, _ = _normalize(x, axes, eps)
+        return normalized * ctx.tensor(scale).reshape(shape) + ctx.tensor(bias).reshape(shape)
     if all(isinstance(v, np.ndarray) for v in (scale, bias, mean, var)):
         a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
         b = bias.astype(np.float64) - mean.astype(np.float64) * a

@@ -71,6 +71,12 @@ def tune_on_miss() -> int:
     return _int("TUNESEARCH_TUNE", 0, minimum=0)
 
 
+def graph_rewrites() -> bool:
+    """TUNESEARCH_REWRITE=0 turns off the graph rewrites at model load (onnx_rewrite.py): every
+    node then runs as written, which a comparison of the two can use."""
+    return _int("TUNESEARCH_REWRITE", 1, minimum=0, maximum=1) == 1
+
+
 def cpu_threads() -> int:
     """TUNESEARCH_THREADS: the CPU threads the space may use (default: every core); 1 to 4096."""
     return _int("TUNESEARCH_THREADS", os.cpu_count() or 1, minimum=1, maximum=MAX_THREADS)
