@@ -1,27 +1,46 @@
-"""Latency of each bundled and onnx-shipped model on the CPU, next to onnxruntime in the same run.
+"""Latency of real models on the CPU, next to onnxruntime in the same run.
 
     python scripts/bench_models.py                         # untuned: the default configs
-    python scripts/bench_models.py --tuned [--db URL]      # with the tuned configs a database has
-    python scripts/bench_models.py --models tiny_cnn squeezenet --threads 1 --repeat 20
+    python scripts/bench_models.py --tuned --time-budget 600   # each model tuned first
+    python scripts/bench_models.py --models transformer_block odd_mlp --threads 1 --repeat 20
+    python scripts/bench_models.py --models odd_mlp --busy 2   # on a loaded machine
 
-Both run with the same thread count (TUNESEARCH_THREADS for tunesearch, intra_op_num_threads for
-onnxruntime), each timed in its own block of runs (interleaving two libraries call by call lets
-one's spinning worker threads steal the other's core). Prints a markdown table: median latency
-of a whole call (inputs copied in, outputs copied out), the ratio to onnxruntime (below 1 is
-faster), the time of the first call (tracing, scheduling and compiling), the kernel count, how
-many ran tuned, the launch overhead per kernel (a launch from Python less the kernel's own time)
-and the per-call overhead (a whole call, numpy in and numpy out, less the kernels' own times).
+--tuned runs the real command line, `tunesearch tune FILE --time-budget T --db URL --quiet`, on
+each model (written to a temporary .onnx file) before timing it with the configs that tune
+stored; the database is a fresh SQLite file unless --db names one, so the table says what tuning
+from an empty database buys in T seconds per model, and its "tune s" column is the wall time of
+that command. Without --tuned every kernel runs its default config (TUNESEARCH_NODB=1).
+
+The models: the bundled examples, a transformer encoder block (batch 1, seq 64, d 128) and an MLP
+of awkward sizes (37x1000 -> 333 -> 77) from tunesearch/examples/blocks.py, and the architectures
+shipped in the onnx package (tunesearch/examples/zoo.py).
+
+Both libraries run with the same thread count (TUNESEARCH_THREADS for tunesearch, its tune
+included; intra_op_num_threads for onnxruntime), each timed in its own block of runs
+(interleaving two libraries call by call lets one's spinning worker threads steal the other's
+core). --busy N starts N processes spinning on the CPU before each model's runs, both libraries'
+alike, and stops them after (the tuning runs on a quiet machine).
+
+Prints a markdown table: median latency of a whole call (inputs copied in, outputs copied out),
+the ratio to onnxruntime (below 1 is faster), the time of the first call (tracing, scheduling and
+compiling), the kernel count, how many ran tuned, the launch overhead per kernel (a launch from
+Python less the kernel's own time) and the per-call overhead (a whole call, numpy in and numpy
+out, less the kernels' own times).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 
 def _onnxruntime_latency(proto, feeds: dict, threads: int, repeat: int) -> float:
@@ -43,15 +62,64 @@ def _onnxruntime_latency(proto, feeds: dict, threads: int, repeat: int) -> float
 def _model(name: str):
     import onnx
     from tunesearch import examples
-    from tunesearch.examples import zoo
+    from tunesearch.examples import blocks, zoo
     if name in examples.names():
         return onnx.load(str(examples.path(name)))
+    if name in blocks.names():
+        return blocks.model(name)
     return zoo.light_model(name)
 
 
-def bench(name: str, threads: int, repeat: int) -> dict:
+def _model_names() -> list[str]:
+    from tunesearch import examples
+    from tunesearch.examples import blocks, zoo
+    return examples.names() + blocks.names() + zoo.LIGHT_MODELS
+
+
+@contextlib.contextmanager
+def busy(n: int):
+    """n processes spinning on the CPU while the block runs; stopped (and reaped) after it."""
+    spin = "print('spinning', flush=True)\nwhile True: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
+                for _ in range(n)]
+    try:
+        for process in spinners:  # each one spinning before the block starts, not still starting
+            process.stdout.readline()
+        yield
+    finally:
+        for process in spinners:
+            process.terminate()
+        for process in spinners:
+            process.wait()
+            process.stdout.close()
+
+
+def tune(name: str, proto, folder: Path, db: str, time_budget: float) -> float:
+    """Run `tunesearch tune` on the model in a process of its own; returns its wall time."""
+    import onnx
+    file = folder / f"{name}.onnx"
+    onnx.save(proto, str(file))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    env.pop("TUNESEARCH_NODB", None)
+    command = [sys.executable, "-c", "import sys; from tunesearch.cli import main; "
+               "sys.exit(main(sys.argv[1:]))", "tune", str(file),
+               "--time-budget", str(time_budget), "--db", db, "--quiet"]
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"tunesearch tune {name} failed ({done.returncode}):\n"
+                         f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return seconds
+
+
+def bench(name: str, proto, threads: int, repeat: int, db: str | None) -> dict:
     import tunesearch.onnx as tox
-    proto = _model(name)
+    from tunesearch.runtime import realize, tuned
+    if db is not None:  # the configs tune has just stored, looked up afresh
+        tuned.use_database(db)
+    realize.clear_caches()
     start = time.perf_counter()
     model = tox.load(proto)
     feeds = model.random_inputs(0)
@@ -67,37 +135,54 @@ def bench(name: str, threads: int, repeat: int) -> dict:
 
 
 def main() -> int:
-    from tunesearch import examples
-    from tunesearch.examples import zoo
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="*", default=examples.names() + zoo.LIGHT_MODELS)
+    parser.add_argument("--models", nargs="*", default=_model_names(),
+                        help="bundled examples, transformer_block, odd_mlp, onnx-shipped "
+                             "architectures (default: all of them)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="threads for both (default: TUNESEARCH_THREADS, else every core)")
-    parser.add_argument("--repeat", type=int, default=10)
+                        help="threads for tune, tunesearch and onnxruntime (default: "
+                             "TUNESEARCH_THREADS, else every core)")
+    parser.add_argument("--repeat", type=int, default=10,
+                        help="timed calls per library (default 10)")
     parser.add_argument("--tuned", action="store_true",
-                        help="use the tuned configs the database has (default: defaults only)")
-    parser.add_argument("--db", default=None, help="database URL (implies --tuned)")
+                        help="tune each model with `tunesearch tune` first, then time it with "
+                             "the stored configs (default: defaults only, no database)")
+    parser.add_argument("--time-budget", type=float, default=600, metavar="SECONDS",
+                        help="tune's --time-budget per model, with --tuned (default 600)")
+    parser.add_argument("--db", default=None, metavar="URL",
+                        help="database URL tune writes and the runs read (implies --tuned; "
+                             "default: a fresh SQLite file in a temporary folder)")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="CPU-bound processes spinning while both libraries run (default 0)")
     args = parser.parse_args()
+    tuned = args.tuned or args.db is not None
     if args.threads is not None:
         os.environ["TUNESEARCH_THREADS"] = str(args.threads)
-    if args.db:
-        os.environ["TUNESEARCH_DB"] = args.db
-    if not (args.tuned or args.db):
+    if not tuned:
         os.environ["TUNESEARCH_NODB"] = "1"
     from tunesearch import settings
     threads = settings.cpu_threads()
-    configs = "tuned configs where the database has them" if args.tuned or args.db \
-        else "default configs"
-    print(f"CPU, {threads} thread{'s' * (threads != 1)}, {configs}, median of {args.repeat}\n")
-    print("| model | GFLOP | tunesearch ms | onnxruntime ms | ratio | first call s | kernels "
-          "| tuned | launch overhead us/kernel | per-call overhead us |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name in args.models:
-        row = bench(name, threads, args.repeat)
-        print(f"| {row['model']} | {row['gflop']:.3f} | {row['ours'] * 1e3:.2f} | "
-              f"{row['ort'] * 1e3:.2f} | {row['ours'] / row['ort']:.2f} | {row['first']:.1f} | "
-              f"{row['kernels']} | {row['tuned']} | {row['overhead'] * 1e6:.1f} | "
-              f"{row['fixed'] * 1e6:.0f} |", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench_models_") as folder:
+        db = args.db or f"sqlite:///{Path(folder) / 'tuned.db'}"
+        configs = (f"tuned for {args.time_budget:g} s per model into "
+                   f"{args.db or 'an empty database'}" if tuned else "default configs")
+        print(f"CPU, {threads} thread{'s' * (threads != 1)}, {configs}, median of {args.repeat}, "
+              f"{args.busy} busy process{'es' * (args.busy != 1)}\n")
+        tune_column = ("tune s | ", "---:|") if tuned else ("", "")
+        print(f"| model | GFLOP | {tune_column[0]}tunesearch ms | onnxruntime ms | ratio "
+              "| first call s | kernels | tuned | launch overhead us/kernel "
+              "| per-call overhead us |")
+        print(f"|---|---:|{tune_column[1]}---:|---:|---:|---:|---:|---:|---:|---:|")
+        for name in args.models:
+            proto = _model(name)
+            tune_s = tune(name, proto, Path(folder), db, args.time_budget) if tuned else None
+            with busy(args.busy):
+                row = bench(name, proto, threads, args.repeat, db if tuned else None)
+            tune_cell = f"{tune_s:.0f} | " if tuned else ""
+            print(f"| {row['model']} | {row['gflop']:.3f} | {tune_cell}{row['ours'] * 1e3:.2f} "
+                  f"| {row['ort'] * 1e3:.2f} | {row['ours'] / row['ort']:.2f} "
+                  f"| {row['first']:.1f} | {row['kernels']} | {row['tuned']} "
+                  f"| {row['overhead'] * 1e6:.1f} | {row['fixed'] * 1e6:.0f} |", flush=True)
     return 0
 
 

@@ -9,6 +9,7 @@ import tunesearch.onnx as tox
 from tests.onnx.models import (LIGHT_MODELS, light_model, mlp, onnxruntime_outputs,
                                transformer_block)
 from tunesearch import examples
+from tunesearch.examples import blocks
 
 pytest.importorskip("onnxruntime")
 
@@ -55,6 +56,14 @@ def test_transformer_encoder_block():
     # the head shapes (Shape -> Gather -> Concat) and the mask slice are folded at import:
     # no kernel computes an int64 shape
     assert all(item.kernel.buffers[0].dtype.is_float for item in model.schedule())
+
+
+@pytest.mark.parametrize("name", blocks.names())
+def test_built_model_at_its_fixed_input_shape(name):
+    proto = blocks.model(name)
+    model = tox.load(proto)  # the input shapes are fixed: no input_shapes
+    feeds = model.random_inputs(0)
+    assert_matches(model(feeds), onnxruntime_outputs(proto, feeds))
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
