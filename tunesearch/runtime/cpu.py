@@ -28,6 +28,7 @@ from tunesearch.runtime import cpu_target
 from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
 from tunesearch.space.config import Config
+from tunesearch.runtime.cpu_team import Team
 from tunesearch.space.lower_cpu import render_cpu
 from tunesearch.space.target import Target
 
@@ -160,10 +161,12 @@ class CPUDevice(Device):
         addresses = [_address(b) for _, buffers in steps for b in buffers]
         args = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
         run, n = chain.run_chain, len(steps)
+        team = Team(self.threads, chain.swap_team_limit)
 
         def launch() -> None:
-            run(n, entries, counts, args)
+            team.run(lambda: run(n, entries, counts, args))
         launch.keep = (entries, counts, args)  # the arrays live as long as the function
+        launch.team = team
         return launch
 
 
@@ -193,6 +196,12 @@ def _openmp_loaded() -> bool:
 
 MAX_CHAINED_ARGS = 16
 _CHAIN_SOURCE = """
+#include <omp.h>
+int swap_team_limit(int threads) {
+  int previous = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  return previous;
+}
 typedef void (*k1)(void*);
 #define P(i) a[i]
 void run_chain(int n, void** entries, const int* counts, void** args) {
@@ -215,6 +224,8 @@ def _chain_library_at(path: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(path)
     lib.run_chain.restype = None
     lib.run_chain.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.swap_team_limit.restype = ctypes.c_int
+    lib.swap_team_limit.argtypes = [ctypes.c_int]
     return lib
 
 

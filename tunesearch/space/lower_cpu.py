@@ -47,6 +47,19 @@ static void scratch_done(int slot, void* p, size_t bytes) {{
 #endif
 """
 
+# The team a parallel loop asks for: its configured threads, or fewer where the caller has
+# lowered OpenMP's thread limit (omp_set_num_threads) because a busy machine keeps taking a
+# thread's core away (see runtime/cpu_team.py)
+TEAM = """#ifndef TUNESEARCH_TEAM
+#define TUNESEARCH_TEAM
+#include <omp.h>
+static inline int team(int threads) {
+  int limit = omp_get_max_threads();
+  return limit < threads ? limit : threads;
+}
+#endif
+"""
+
 
 def _params(kernel: Kernel, dialect: Dialect, const: bool = True) -> str:
     out = [f"{dialect.type_name(kernel.buffers[0].dtype)}* {dialect.restrict} data0"]
@@ -143,7 +156,7 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
     # with flat reduce loops one index runs over all reduce axes; a k tile covers `inner` of it
     # for each step of the first axis
     inner_size = math.prod(red_sizes[1:]) if flat else 1
-    lines = [HEADER, SCRATCH]
+    lines = [HEADER, SCRATCH] + ([TEAM] if parallel else [])
 
     # ---- the block function
     extra = "".join(f", {d.type_name(p.dtype)}* {d.restrict} pk{i}" for i, p in packs.items())
@@ -286,7 +299,7 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
 
     # ---- the entry point
     lines.append(f"void {name}({_params(kernel, d)}) {{")
-    omp_threads = f" num_threads({threads})"
+    omp_threads = f" num_threads(team({threads}))"
     for slot, (i, p) in enumerate(packs.items()):
         tname = d.type_name(p.dtype)
         lines.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, {p.size}*sizeof({tname}));")
