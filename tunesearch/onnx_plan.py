@@ -52,10 +52,13 @@ class Plan:
         self._keep = {id(r) for r in roots}
 
     def _prepare(self) -> None:
-        """Choose configs, compile (in parallel), and give every kernel its buffers."""
+        """Choose configs, pack the constant operands a config packs (once, here), compile (in
+        parallel), and give every kernel its buffers."""
         device, items = self.device, self.items
         choices = [realize.choose_config(item.kernel, device) for item in items]
-        compile_all(device, [(item.kernel, c.config) for item, c in zip(items, choices)])
+        panels = self._prepacked(choices)
+        compile_all(device, [(item.kernel, c.config, frozenset(p))
+                             for item, c, p in zip(items, choices, panels)])
         last_use = {}
         for i, item in enumerate(items):
             for node in item.inputs:
@@ -69,8 +72,10 @@ class Plan:
             out = pool.pop() if pool else device.alloc(spec.size, spec.dtype)
             item.out.realized = out
             made.add(id(item.out))
-            program = realize.get_program(item.kernel, device, choice.config)
-            buffers = [out] + [node.realized for node in item.inputs]
+            program = realize.get_program(item.kernel, device, choice.config,
+                                          frozenset(panels[i]))
+            buffers = [out] + [panels[i].get(j + 1, node.realized)
+                               for j, node in enumerate(item.inputs)]
             steps.append(Step(program, buffers, item.kernel, choice))
             for node in item.inputs:  # buffers read for the last time go back to the pool
                 if id(node) in made and last_use[id(node)] == i and id(node) not in self._keep:
@@ -79,6 +84,28 @@ class Plan:
         self._launch = None  # bound on the first launch
         kernel_run.print_schedule("model plan", [step.kernel for step in steps],
                                   sum(step.choice.tuned for step in steps))
+
+    def _prepacked(self, choices: list[realize.Choice]) -> list[dict[int, Buffer]]:
+        """Per kernel, {buffer index: its panel} for the operands its config packs that no
+        kernel writes and no call feeds (weights): packed now, so calls skip the packing."""
+        written = {id(item.out) for item in self.items}
+        fed = {id(b) for b in self.input_buffers.values()}
+        contents: dict[int, np.ndarray] = {}
+        out = []
+        for item, choice in zip(self.items, choices):
+            panels = {}
+            for index in choice.config.get("pack", ()) if choice.config else ():
+                node = item.inputs[index - 1]
+                if id(node) in written or node.realized is None or id(node.realized) in fed:
+                    continue
+                if id(node.realized) not in contents:
+                    contents[id(node.realized)] = self.device.copyout(node.realized)
+                panel = self.device.prepack(item.kernel, choice.config, index,
+                                            contents[id(node.realized)])
+                if panel is not None:
+                    panels[index] = self.device.from_numpy(panel, node.realized.dtype)
+            out.append(panels)
+        return out
 
     def launch(self) -> None:
         if self._launch is None:
@@ -135,10 +162,10 @@ def _dims(shape) -> str:
     return "x".join(map(str, shape)) or "scalar"
 
 
-def compile_all(device: Device, work: list[tuple[Kernel, Any]]) -> None:
+def compile_all(device: Device, work: list[tuple[Kernel, Any, frozenset]]) -> None:
     """Compile every distinct (kernel, config) at once, so the C compiler uses every core; the
     programs are then loaded from the device's compile cache."""
-    unique = {(k.key, c): (k, c) for k, c in work}
+    unique = {(k.key, c, p): (k, c, p) for k, c, p in work}
     if len(unique) < 2 or (os.cpu_count() or 1) < 2:
         return
 

@@ -25,11 +25,11 @@ from tunesearch import settings
 from tunesearch.graph.dtypes import DType
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime import cpu_target
+from tunesearch.runtime.cpu_team import Team
 from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
 from tunesearch.space.config import Config
-from tunesearch.runtime.cpu_team import Team
-from tunesearch.space.lower_cpu import render_cpu
+from tunesearch.space.lower_cpu import pack_panel, render_cpu
 from tunesearch.space.target import Target
 
 # the ISA flags (-march...) come from the target model: see cpu_target.compile_flags
@@ -112,10 +112,15 @@ class CPUDevice(Device):
     def copyout(self, buffer: Buffer) -> np.ndarray:
         return buffer.handle[:buffer.size].copy()
 
-    def render(self, kernel: Kernel, config: Config) -> Source:
+    def render(self, kernel: Kernel, config: Config,
+               prepacked: frozenset[int] = frozenset()) -> Source:
         name = kernel.name
-        return Source(render_cpu(kernel, config, name, self.isa.vector_bytes), name, kernel.key,
-                      len(kernel.buffers))
+        return Source(render_cpu(kernel, config, name, self.isa.vector_bytes, prepacked), name,
+                      kernel.key, len(kernel.buffers))
+
+    def prepack(self, kernel: Kernel, config: Config, index: int,
+                values: np.ndarray) -> np.ndarray | None:
+        return pack_panel(kernel, config, index, values)
 
     def compile(self, source: Source) -> bytes:
         cc, version = compiler()

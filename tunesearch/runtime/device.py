@@ -122,7 +122,10 @@ class Device(ABC):
     def copyout(self, buffer: Buffer) -> np.ndarray: ...
 
     @abstractmethod
-    def render(self, kernel: Kernel, config: Config) -> Source: ...
+    def render(self, kernel: Kernel, config: Config,
+               prepacked: frozenset[int] = frozenset()) -> Source:
+        """The source of kernel under config. prepacked: buffers the program receives already
+        packed (see `prepack`); only devices whose prepack gives panels are asked for them."""
 
     @abstractmethod
     def compile(self, source: Source) -> bytes:
@@ -160,9 +163,18 @@ class Device(ABC):
         self.copyin(buf, np.ascontiguousarray(array, dtype.np).reshape(-1))
         return buf
 
-    def build(self, kernel: Kernel, config: Config) -> Program:
-        source = self.render(kernel, config)
+    def build(self, kernel: Kernel, config: Config,
+              prepacked: frozenset[int] = frozenset()) -> Program:
+        source = self.render(kernel, config, prepacked)
         return self.load(self.compile(source), source)
+
+    def prepack(self, kernel: Kernel, config: Config, index: int,
+                values: np.ndarray) -> np.ndarray | None:
+        """The panel the program of kernel under config reads in place of buffer `index`
+        when that buffer never changes (a model's weight): packed once, when a model's plan is
+        built, instead of on every call. values are the buffer's contents. None (the default)
+        where the device packs nothing ahead."""
+        return None
 
 
 _instances: dict[str, Device] = {}

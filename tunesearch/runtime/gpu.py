@@ -36,7 +36,8 @@ class GPUDevice(Device):
             self._to_host(host, buffer.handle)
         return host
 
-    def render(self, kernel: Kernel, config: Config) -> Source:
+    def render(self, kernel: Kernel, config: Config,
+               prepacked: frozenset[int] = frozenset()) -> Source:
         text, global_size, local_size = render_gpu(kernel, config, self.dialect, kernel.name)
         return Source(text, kernel.name, kernel.key, len(kernel.buffers), global_size,
                       local_size)

@@ -114,14 +114,17 @@ def _nothing_to_compute(kernel: Kernel) -> Program:
     return Program(run, timed, Source("", kernel.name, kernel.key, len(kernel.buffers)))
 
 
-def get_program(kernel: Kernel, device: Device, config: Config) -> Program:
-    key = (kernel.key, device.name, config)
+def get_program(kernel: Kernel, device: Device, config: Config,
+                prepacked: frozenset[int] = frozenset()) -> Program:
+    """The program of kernel under config (built once per process); prepacked: the buffers it
+    receives already packed (Device.prepack)."""
+    key = (kernel.key, device.name, config, prepacked)
     if key not in _programs and kernel.buffers[0].size == 0:
         _programs[key] = _nothing_to_compute(kernel)
     if key not in _programs:
         if settings.debug() >= 4:
-            print(device.render(kernel, config).text, file=sys.stderr)
-        _programs[key] = device.build(kernel, config)
+            print(device.render(kernel, config, prepacked).text, file=sys.stderr)
+        _programs[key] = device.build(kernel, config, prepacked)
     return _programs[key]
 
 

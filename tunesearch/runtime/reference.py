@@ -33,7 +33,8 @@ class ReferenceDevice(Device):
     def copyout(self, buffer: Buffer) -> np.ndarray:
         return buffer.handle.copy()
 
-    def render(self, kernel: Kernel, config: Config) -> Source:
+    def render(self, kernel: Kernel, config: Config,
+               prepacked: frozenset[int] = frozenset()) -> Source:
         # the "source" is the kernel itself, so another process can load it
         text = base64.b64encode(pickle.dumps(kernel)).decode()
         return Source(text, kernel.name, kernel.key, len(kernel.buffers))

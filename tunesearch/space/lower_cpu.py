@@ -17,6 +17,8 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
+
 from tunesearch.graph.kernel import Kernel, KNode
 from tunesearch.space.config import Config
 from tunesearch.space.dialect import Dialect, ExprEmitter, index_expr
@@ -27,6 +29,7 @@ HEADER = "#include <math.h>\n#include <stdlib.h>\n#include <stdbool.h>\n"
 # Scratch (packed panels, partial results) is kept per calling thread between calls up to this
 # size: a fresh allocation costs a page fault per 4 KiB on every call, as much as packing itself.
 SCRATCH_KEEP = 64 << 20
+MAX_PREPACK_ELEMENTS = 1 << 26  # a constant's panel held beside it, per kernel that reads it
 SCRATCH = f"""#ifndef TUNESEARCH_SCRATCH
 #define TUNESEARCH_SCRATCH
 static _Thread_local void* scratch_kept[8];
@@ -115,6 +118,38 @@ class _PackInfo:
         return expr
 
 
+def pack_panel(kernel: Kernel, config: Config, index: int, values: np.ndarray
+               ) -> np.ndarray | None:
+    """The panel of buffer `index` (its flat values) as the kernel under config reads it
+    prepacked: the layout of a pack without a k tile, zeros past the edges and outside the
+    view's mask. None where the config does not pack that buffer or the panel is too large."""
+    if index not in config.get("pack", ()):
+        return None
+    upcast = tuple(config.get("upcast"))
+    p = _PackInfo(kernel, index, upcast, 0)
+    if p.size > MAX_PREPACK_ELEMENTS:
+        return None
+    n_out, view = kernel.n_out, p.view
+    shape = p.blocks + p.reduce + p.lanes
+    grid = np.indices(shape, sparse=True) if shape else []
+    nb, nr = len(p.blocks), len(p.reduce)
+    coords: list = [0] * len(kernel.domain)
+    valid: np.ndarray | bool = True
+    for k, a in enumerate(p.axes):
+        coords[a] = grid[k] * upcast[a] + grid[nb + nr + k]
+        valid = valid & (coords[a] < kernel.domain[a])
+    for j in range(nr):
+        coords[n_out + j] = grid[nb + j]
+    offset = view.offset + sum(c * s for c, s in zip(coords, view.strides) if s)
+    if view.mask is not None:
+        for c, (lo, hi) in zip(coords, view.mask):
+            valid = valid & (c >= lo) & (c < hi)
+    offset = np.broadcast_to(np.asarray(offset, np.int64), shape)
+    valid = np.broadcast_to(np.asarray(valid, bool), shape)
+    read = values.reshape(-1)[np.where(valid, offset, 0)] if values.size else 0
+    return np.where(valid, read, 0).astype(values.dtype).reshape(-1)
+
+
 def collapsible(kernel: Kernel, packs) -> bool:
     """Whether the reduce axes can run as one flat loop: every load the reduce reads in place
     steps through them as through one axis (each axis's stride is the next one's times its
@@ -137,10 +172,11 @@ def collapsible(kernel: Kernel, packs) -> bool:
 
 
 def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
-               vector_bytes: int = 32) -> str:
+               vector_bytes: int = 32, prepacked: frozenset[int] = frozenset()) -> str:
     """C source for kernel under config; the entry point is `void name(data0, data1, ...)`.
     vector_bytes is the target's vector register: the vector loop runs one register at a
-    time."""
+    time. The buffers in prepacked (a subset of the config's packs) arrive already packed,
+    whole reduce in one panel (pack_panel), so the kernel reads them as they are."""
     d = Dialect()
     n_out, domain = kernel.n_out, kernel.domain
     upcast = tuple(config.get("upcast", (1,) * n_out))
@@ -151,7 +187,8 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
     red_sizes = domain[n_out:]
     ktile = config.get("ktile", 0) if reduce_node is not None else 0
     tiled = 0 < ktile < red_sizes[0] if reduce_node is not None else False
-    packs = {i: _PackInfo(kernel, i, upcast, ktile) for i in config.get("pack", ())}
+    packs = {i: _PackInfo(kernel, i, upcast, 0 if i in prepacked else ktile)
+             for i in config.get("pack", ())}
     flat = collapsible(kernel, packs)
     # with flat reduce loops one index runs over all reduce axes; a k tile covers `inner` of it
     # for each step of the first axis
@@ -159,7 +196,8 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
     lines = [HEADER, SCRATCH] + ([TEAM] if parallel else [])
 
     # ---- the block function
-    extra = "".join(f", {d.type_name(p.dtype)}* {d.restrict} pk{i}" for i, p in packs.items())
+    extra = "".join(f", const {d.type_name(p.dtype)}* {d.restrict} pk{i}"
+                    for i, p in packs.items())
     if tiled:
         extra += (f", const int k0, const int kn, const int first, const int last, "
                   f"{d.type_name(reduce_node.dtype)}* {d.restrict} part")
@@ -189,10 +227,11 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
             p = packs[index]
             blocks = [f"(o{a}/{upcast[a]})" for a in p.axes]
             lanes = [f"l{a}" for a in p.axes]
+            by_tile = tiled and index not in prepacked  # a tile's panel, or the whole reduce
             if flat:
-                red = [f"({red_idx[inner]}-k0*{inner_size})" if tiled else red_idx[inner]]
+                red = [f"({red_idx[inner]}-k0*{inner_size})" if by_tile else red_idx[inner]]
             else:
-                red = [f"({red_idx[0]}-k0)"] + red_idx[1:] if tiled else red_idx
+                red = [f"({red_idx[0]}-k0)"] + red_idx[1:] if by_tile else red_idx
             return f"pk{index}[{p.offset(blocks, red, lanes)}]"
         idx, valid = index_expr(view, axis_index, holds)
         read = f"data{index}[{idx}]"
@@ -302,8 +341,12 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
     omp_threads = f" num_threads(team({threads}))"
     for slot, (i, p) in enumerate(packs.items()):
         tname = d.type_name(p.dtype)
-        lines.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, {p.size}*sizeof({tname}));")
-    fills = [line for p in packs.values() for line in
+        if i in prepacked:
+            lines.append(f"  const {tname}* pk{i} = data{i};")
+        else:
+            lines.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, "
+                         f"{p.size}*sizeof({tname}));")
+    fills = [line for i, p in packs.items() if i not in prepacked for line in
              _pack_loop(kernel, p, upcast, d, omp_threads if parallel else None, tiled)]
     nblocks = [math.ceil(domain[a] / upcast[a]) for a in range(n_out)]
     nest: list[str] = []
@@ -329,7 +372,7 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
     else:
         lines += fills + ["  " + line for line in nest]
     lines += [f"  scratch_done({slot}, pk{i}, {p.size}*sizeof({d.type_name(p.dtype)}));"
-              for slot, (i, p) in enumerate(packs.items())]
+              for slot, (i, p) in enumerate(packs.items()) if i not in prepacked]
     lines.append("}")
     return "\n".join(lines) + "\n"
 
