@@ -32,8 +32,11 @@ from tunesearch.space.config import Config
 from tunesearch.space.lower_cpu import pack_panel, render_cpu
 from tunesearch.space.target import Target
 
-# the ISA flags (-march...) come from the target model: see cpu_target.compile_flags
-FLAGS = ["-O3", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-w"]
+# the ISA flags (-march...) come from the target model: see cpu_target.compile_flags.
+# -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC may
+# not compute both sides of a select (a clamp before exp2, a mask) in vector lanes; results are
+# the same bit for bit.
+FLAGS = ["-O3", "-fopenmp", "-fno-trapping-math", "-fPIC", "-shared", "-std=gnu11", "-w"]
 
 
 @functools.lru_cache(maxsize=None)
