@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from tunesearch import settings
-from tunesearch.errors import UserError
+from tunesearch.errors import ShapeError
 from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import DType, dtypes, result_dtype
 from tunesearch.graph.lazy import LazyNode
@@ -24,7 +24,7 @@ from tunesearch.graph.ops import BinaryOps, MovementOps, ReduceOps, UnaryOps
 from tunesearch.graph.schedule import create_schedule, realize_target
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.realize import run_schedule, set_miss_handler
-from tunesearch.tensor_nn import NNMixin
+from tunesearch.tensor.nn import NNMixin
 
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2)
@@ -39,10 +39,6 @@ def _tune_on_miss(kernel, device, trials: int) -> None:
 
 
 set_miss_handler(_tune_on_miss)
-
-
-class ShapeError(UserError, ValueError):
-    """A shape, axis or argument that an op cannot take."""
 
 
 def _err(op: str, shapes, problem: str) -> ShapeError:
@@ -505,7 +501,7 @@ class Tensor(NNMixin):
         return self.realize()
 
     def __getitem__(self, index) -> "Tensor":
-        from tunesearch.tensor_index import getitem
+        from tunesearch.tensor.index import getitem
         return getitem(self, index)
 
     def matmul(self, other: "Tensor") -> "Tensor":

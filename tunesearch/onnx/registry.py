@@ -1,6 +1,6 @@
 """ONNX operators as Tensor calls: the registry, the node context, and the elementwise, reduce,
-softmax and matrix operators. Shapes and data movement are in onnx_shape.py; convolutions,
-pooling, normalizations and resizing in onnx_nn.py.
+softmax and matrix operators. Shapes and data movement are in shape.py; convolutions,
+pooling, normalizations and resizing in nn.py.
 
 Every operator is a function `fn(ctx, *inputs)` registered by name; an input is a numpy array (a
 value known at import: an initializer, a constant, or the result of folding) or a Tensor (a value
