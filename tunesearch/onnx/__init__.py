@@ -18,10 +18,9 @@ Inputs that do not fit a loaded model raise InputError. Zero-size tensors are va
 a kernel with an empty output computes nothing.
 
 The package: `model.py` (load, OnnxModel), `registry.py` (the operator registry, the node context,
-the import errors and the elementwise, reduce, softmax and matrix operators), `shape.py` and
-`nn.py` (more operators), `rewrite.py` (graph rewrites before tracing), `files.py` (reading a
-model and its external data) and `plan.py` (the traced kernels, buffers and programs a call
-replays).
+the import errors), the operators by family (`elementwise.py`, `reduce.py`, `shape.py`, `nn.py`),
+`rewrite.py` (graph rewrites before tracing), `files.py` (reading a model and its external data)
+and `plan.py` (the traced kernels, buffers and programs a call replays).
 """
 from tunesearch.onnx.files import ExternalDataError, read_model
 from tunesearch.onnx.model import (MAX_ELEMENTS, ONNX_DOMAINS, GraphInfo, OnnxModel, Profile,

@@ -8,7 +8,6 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -19,11 +18,14 @@ from tunesearch import settings
 from tunesearch.errors import InputError
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import ScheduleItem
-from tunesearch.onnx import nn, rewrite, shape  # noqa: F401  (nn, shape: register operators)
-from tunesearch.onnx.files import ExternalDataError, read_model
+import tunesearch.onnx.elementwise  # noqa: F401  (each operator module registers its operators)
+import tunesearch.onnx.nn  # noqa: F401
+import tunesearch.onnx.reduce  # noqa: F401
+import tunesearch.onnx.shape  # noqa: F401
+from tunesearch.onnx import rewrite
+from tunesearch.onnx.files import read_model
 from tunesearch.onnx.plan import Plan
-from tunesearch.onnx.registry import (OPS, ModelNotFoundError, NodeContext, NotOnnxError,
-                                      OnnxImportError, UnboundDimensionError,
+from tunesearch.onnx.registry import (OPS, NodeContext, OnnxImportError, UnboundDimensionError,
                                       UnsupportedOperatorError, UnsupportedTypeError,
                                       ends_in_reduce, internal_dtype, materialize, onnx_np_dtype,
                                       producible)

@@ -6,9 +6,10 @@ op set; `.numpy()` realizes it through the runtime.
     array([[3.],
            [7.]], dtype=float32)
 
-`tensor.py` holds the Tensor class, `nn.py` the neural-network ops (convolution, pooling,
-normalizations) and `index.py` basic indexing. A bad shape, axis or argument raises `ShapeError`
-(from `tunesearch.errors`).
+`tensor.py` holds the Tensor class (creation, realization, arithmetic on the op set, reductions,
+matmul); its other ops come from mixins: `movement.py` (reshape, permute, pad, ... and cat, stack,
+split), `unary.py` (unary math), `nn.py` (convolution, pooling, normalizations); `index.py` is
+basic indexing. A bad shape, axis or argument raises `ShapeError` (from `tunesearch.errors`).
 """
 from tunesearch.errors import ShapeError
 from tunesearch.tensor.tensor import Tensor
