@@ -43,7 +43,7 @@ def tune_twice(url: str, trials: int) -> tuple[float, float]:
     walls = []
     for _ in range(2):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "tunesearch.cli", "tune", "example:tiny_cnn",
+        subprocess.run([sys.executable, "-m", "tunesearch", "tune", "example:tiny_cnn",
                         "--trials", str(trials), "--quiet", "--repeat", "3"], env=env,
                        check=True, capture_output=True)
         walls.append(time.perf_counter() - start)

@@ -71,7 +71,7 @@ def _array(value) -> np.ndarray:
 def known_inputs(model) -> set[str]:
     """Graph inputs that feed an input the importer needs known at import (a shape, axes, pads):
     the node tests feed those as data, a model file carries them as initializers."""
-    from tunesearch.onnx_ops import OPS
+    from tunesearch.onnx import OPS
     names = set()
     for node in model.graph.node:
         spec = OPS.get(node.op_type)

@@ -5,12 +5,11 @@ import pytest
 
 from tunesearch.db import DatabaseError
 from tunesearch.errors import (EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, InputError, SettingError,
-                               UsageError, UserError, run_command)
+                               ShapeError, UsageError, UserError, run_command)
 from tunesearch.onnx import OnnxImportError
 from tunesearch.runtime.device import CompileError, DeviceUnavailable
 from tunesearch.search import TuneError
 from tunesearch.space.config import ConfigError
-from tunesearch.tensor import ShapeError
 
 
 @pytest.mark.parametrize("error", [DatabaseError, OnnxImportError, DeviceUnavailable, TuneError,

@@ -41,6 +41,10 @@ class SettingError(UserError, ValueError):
     """An environment variable (see `tunesearch.settings`) with a value tunesearch cannot use."""
 
 
+class ShapeError(UserError, ValueError):
+    """A shape, axis or argument that a Tensor op cannot take."""
+
+
 class InputError(UserError, ValueError):
     """Data handed to a model that does not fit it: missing names, wrong shapes or dtypes."""
 

@@ -1,7 +1,7 @@
 """A model's inputs from an .npz file and its outputs into one, for `tunesearch run`.
 
     inputs = read_inputs("inputs.npz", model)     # {name: array}, checked against the model
-    write_outputs("outputs.npz", outputs)         # (tunesearch.arguments.check_new_file first)
+    write_outputs("outputs.npz", outputs)         # (tunesearch.cli.arguments.check_new_file first)
 
 Every problem (a file that is not an .npz archive, a missing or unknown name, a dtype of another
 kind, a shape the model does not take) is a one-line `InputError`, raised before anything runs.

@@ -72,7 +72,7 @@ def tune_on_miss() -> int:
 
 
 def graph_rewrites() -> bool:
-    """TUNESEARCH_REWRITE=0 turns off the graph rewrites at model load (onnx_rewrite.py): every
+    """TUNESEARCH_REWRITE=0 turns off the graph rewrites at model load (onnx/rewrite.py): every
     node then runs as written, which a comparison of the two can use."""
     return _int("TUNESEARCH_REWRITE", 1, minimum=0, maximum=1) == 1
 

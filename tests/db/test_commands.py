@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tunesearch.db import KernelRecord, Store
-from tunesearch.db.commands import main, register
+from tunesearch.cli.db import main, register
 
 V1_FIXTURE = Path(__file__).with_name("fixtures") / "v1.db"
 

@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, text
 
 from tunesearch.db import Store
 from tunesearch.db._engine import normalize_url
-from tunesearch.db.commands import main
+from tunesearch.cli.db import main
 
 V1_FIXTURE = Path(__file__).with_name("fixtures") / "v1.db"
 

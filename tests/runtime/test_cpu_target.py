@@ -84,7 +84,7 @@ def test_levels_have_fingerprints_of_their_own(monkeypatch):
 def test_the_cli_refuses_an_unknown_level_in_one_line(tmp_path):
     env = {"TUNESEARCH_CPU_ISA": "avx9000", "TUNESEARCH_CACHE": str(tmp_path),
            "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-m", "tunesearch.cli", "run", "example:tiny_cnn",
+    proc = subprocess.run([sys.executable, "-m", "tunesearch", "run", "example:tiny_cnn",
                            "--db", f"sqlite:///{tmp_path}/t.db"], capture_output=True,
                           text=True, env=env, timeout=300)
     assert proc.returncode == 2, proc.stderr

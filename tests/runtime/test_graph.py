@@ -70,7 +70,7 @@ def test_graph_and_debug_through_the_cli_on_a_model(tmp_path):
     feeds = model.random_inputs(seed=3)
     np.savez(tmp_path / "in.npz", **feeds)
     env = dict(os.environ, GRAPH="1", GRAPH_PATH=str(tmp_path / "g.dot"), DEBUG="4")
-    proc = subprocess.run([sys.executable, "-m", "tunesearch.cli", "run", str(path), "--db", db,
+    proc = subprocess.run([sys.executable, "-m", "tunesearch", "run", str(path), "--db", db,
                            "--inputs", str(tmp_path / "in.npz"), "--outputs",
                            str(tmp_path / "out.npz"), "--repeat", "2"],
                           capture_output=True, text=True, env=env, timeout=600)

@@ -11,23 +11,24 @@ caused them, naming the op, the shapes and the problem.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from tunesearch import settings
-from tunesearch.errors import UserError
 from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import DType, dtypes, result_dtype
 from tunesearch.graph.lazy import LazyNode
-from tunesearch.graph.ops import BinaryOps, MovementOps, ReduceOps, UnaryOps
+from tunesearch.graph.ops import BinaryOps, ReduceOps, UnaryOps
 from tunesearch.graph.schedule import create_schedule, realize_target
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.realize import run_schedule, set_miss_handler
-from tunesearch.tensor_nn import NNMixin
-
-LOG2_E = math.log2(math.e)
-LN_2 = math.log(2)
+from tunesearch.tensor._shapes import broadcast_shape as _broadcast_shape
+from tunesearch.tensor._shapes import shape_arg as _shape_arg
+from tunesearch.tensor._shapes import shape_error as _err
+from tunesearch.tensor.movement import MovementMixin
+from tunesearch.tensor.nn import NNMixin
+from tunesearch.tensor.unary import UnaryMixin
 
 
 def _tune_on_miss(kernel, device, trials: int) -> None:
@@ -41,15 +42,6 @@ def _tune_on_miss(kernel, device, trials: int) -> None:
 set_miss_handler(_tune_on_miss)
 
 
-class ShapeError(UserError, ValueError):
-    """A shape, axis or argument that an op cannot take."""
-
-
-def _err(op: str, shapes, problem: str) -> ShapeError:
-    shapes = ", ".join(str(tuple(s)) for s in shapes)
-    return ShapeError(f"{op}: {problem} (shapes {shapes})")
-
-
 def _as_dtype(dtype) -> DType | None:
     if dtype is None or isinstance(dtype, DType):
         return dtype
@@ -58,7 +50,7 @@ def _as_dtype(dtype) -> DType | None:
     return dtypes.from_numpy(dtype)
 
 
-class Tensor(NNMixin):
+class Tensor(MovementMixin, UnaryMixin, NNMixin):
     __slots__ = ("node",)
 
     def __init__(self, data: Any, device: str | None = None, dtype=None):
@@ -299,54 +291,6 @@ class Tensor(NNMixin):
             else self.dtype
         return Tensor(lazy.const(value, (), dt, self.device))
 
-    # unary math
-    def exp2(self): return self._unary(UnaryOps.EXP2)
-    def log2(self): return self._unary(UnaryOps.LOG2)
-    def sqrt(self): return self._unary(UnaryOps.SQRT)
-    def reciprocal(self): return self._unary(UnaryOps.RECIP)
-    def sin(self): return self._unary(UnaryOps.SIN)
-    def cos(self): return ((math.pi / 2) - self.float()).sin()
-    def exp(self): return (self.float() * LOG2_E).exp2()
-    def log(self): return self.log2() * LN_2
-    def rsqrt(self): return self.sqrt().reciprocal()
-    def relu(self): return self.maximum(0.0 if self.dtype.is_float else 0)
-    def sigmoid(self): return (1.0 + (-self.float()).exp()).reciprocal()
-    def tanh(self): return 2.0 * (2.0 * self.float()).sigmoid() - 1.0
-    def abs(self): return self.maximum(-self)
-    def sign(self): return (self > 0).float() - (self < 0).float()
-    def square(self): return self * self
-    def leaky_relu(self, slope: float = 0.01): return (self < 0).where(self * slope, self)
-    def clip(self, lo=None, hi=None):
-        out = self
-        if lo is not None:
-            out = out.maximum(lo)
-        if hi is not None:
-            out = out.minimum(hi)
-        return out
-
-    def floor(self):
-        t = self.int().float()  # truncates toward zero
-        return (self < t).where(t - 1.0, t)
-
-    def ceil(self): return -((-self).floor())
-    def round(self): return (self + 0.5).floor()
-
-    def erf(self):
-        # Abramowitz-Stegun 7.1.26 (max error 1.5e-7), sign restored
-        x = self.float()
-        ax = x.abs()
-        t = (1.0 + 0.3275911 * ax).reciprocal()
-        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
-            -1.453152027 + t * 1.061405429))))
-        y = 1.0 - poly * (-(ax * ax)).exp()
-        return (x < 0).where(-y, y)
-
-    def gelu(self, approximate: str = "none"):
-        x = self.float()
-        if approximate == "tanh":
-            return 0.5 * x * (1.0 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh())
-        return 0.5 * x * (1.0 + (x * 0.7071067811865476).erf())
-
     # ---- reduce
     def _axes(self, axis, op: str) -> tuple[int, ...]:
         if axis is None:
@@ -401,113 +345,6 @@ class Tensor(NNMixin):
         hit = self.eq(self.max(axis, keepdim=True))
         return (n - (hit * idx).max(axis, keepdim)).cast(dtypes.int32)
 
-    # ---- movement
-    def reshape(self, *shape) -> "Tensor":
-        shape = _shape_arg(shape)
-        if shape.count(-1) > 1:
-            raise _err("reshape", [self.shape], f"only one -1 is allowed in {shape}")
-        if -1 in shape:
-            known = math.prod(s for s in shape if s != -1)
-            if known == 0 or self.numel() % known:
-                raise _err("reshape", [self.shape], f"cannot infer -1 in {shape}")
-            shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-        if any(s < 0 for s in shape) or math.prod(shape) != self.numel():
-            raise _err("reshape", [self.shape], f"cannot reshape {self.numel()} elements to "
-                       f"{shape}")
-        if shape == self.shape:
-            return self
-        return Tensor(lazy.movement(self.node, MovementOps.RESHAPE, shape))
-
-    def view(self, *shape): return self.reshape(*shape)
-
-    def permute(self, *order) -> "Tensor":
-        order = _shape_arg(order)
-        order = tuple(o % max(self.ndim, 1) for o in order)
-        if sorted(order) != list(range(self.ndim)):
-            raise _err("permute", [self.shape], f"{order} is not a permutation of {self.ndim} dims")
-        if order == tuple(range(self.ndim)):
-            return self
-        return Tensor(lazy.movement(self.node, MovementOps.PERMUTE, order))
-
-    def transpose(self, dim0: int = -2, dim1: int = -1) -> "Tensor":
-        order = list(range(self.ndim))
-        order[dim0], order[dim1] = order[dim1], order[dim0]
-        return self.permute(order)
-
-    @property
-    def T(self) -> "Tensor":
-        return self.permute(tuple(reversed(range(self.ndim))))
-
-    def expand(self, *shape) -> "Tensor":
-        shape = _shape_arg(shape)
-        if len(shape) < self.ndim:
-            raise _err("expand", [self.shape], f"cannot expand to fewer dims {shape}")
-        x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) \
-            if len(shape) > self.ndim else self
-        shape = tuple(s if t == -1 else t for s, t in zip(x.shape, shape))
-        for s, t in zip(x.shape, shape):
-            if s != t and s != 1:
-                raise _err("expand", [self.shape], f"cannot expand to {shape}: a dim of size "
-                           f"{s} can only stay {s}")
-        if shape == x.shape:
-            return x
-        return Tensor(lazy.movement(x.node, MovementOps.EXPAND, shape))
-
-    def pad(self, padding: Sequence[tuple[int, int]], value: float = 0.0) -> "Tensor":
-        """Pad each axis by (before, after); negative amounts shrink."""
-        padding = [tuple(p) for p in padding]
-        if len(padding) != self.ndim or any(len(p) != 2 for p in padding):
-            raise _err("pad", [self.shape], f"need one (before, after) per dim, got {padding}")
-        shrink = [(max(0, -b), s - max(0, -a)) for (b, a), s in zip(padding, self.shape)]
-        x = self.shrink(shrink) if any(p < 0 for pair in padding for p in pair) else self
-        grow = tuple((max(0, b), max(0, a)) for b, a in padding)
-        if all(p == (0, 0) for p in grow):
-            return x
-        out = Tensor(lazy.movement(x.node, MovementOps.PAD, grow))
-        if value != 0:
-            inside = Tensor(lazy.movement(x._const(True, dtypes.bool).node, MovementOps.PAD, grow))
-            out = inside.where(out, out._scalar_like(value))
-        return out
-
-    def shrink(self, arg: Sequence[tuple[int, int]]) -> "Tensor":
-        arg = tuple((int(lo), int(hi)) for lo, hi in arg)
-        if len(arg) != self.ndim or any(not 0 <= lo <= hi <= s for (lo, hi), s in
-                                        zip(arg, self.shape)):
-            raise _err("shrink", [self.shape], f"bad ranges {arg}")
-        if all(lo == 0 and hi == s for (lo, hi), s in zip(arg, self.shape)):
-            return self
-        return Tensor(lazy.movement(self.node, MovementOps.SHRINK, arg))
-
-    def flip(self, axis) -> "Tensor":
-        axes = self._axes(axis, "flip")
-        return Tensor(lazy.movement(self.node, MovementOps.FLIP, axes)) if axes else self
-
-    def squeeze(self, axis=None) -> "Tensor":
-        if axis is None:
-            return self.reshape([s for s in self.shape if s != 1])
-        axes = self._axes(axis, "squeeze")
-        for a in axes:
-            if self.shape[a] != 1:
-                raise _err("squeeze", [self.shape], f"axis {a} has size {self.shape[a]}, not 1")
-        return self.reshape([s for i, s in enumerate(self.shape) if i not in axes])
-
-    def unsqueeze(self, axis: int) -> "Tensor":
-        axis = axis % (self.ndim + 1)
-        return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
-
-    def flatten(self, start: int = 0, end: int = -1) -> "Tensor":
-        if self.ndim == 0:
-            return self.reshape(1)
-        start, end = start % self.ndim, end % self.ndim
-        return self.reshape(self.shape[:start] + (-1,) + self.shape[end + 1:])
-
-    def contiguous(self) -> "Tensor":
-        return self.realize()
-
-    def __getitem__(self, index) -> "Tensor":
-        from tunesearch.tensor_index import getitem
-        return getitem(self, index)
-
     def matmul(self, other: "Tensor") -> "Tensor":
         """Batched matmul with broadcasting, as one multiply-and-sum kernel."""
         if not isinstance(other, Tensor):
@@ -534,64 +371,3 @@ class Tensor(NNMixin):
         return out
 
     dot = matmul
-
-    # ---- joining
-    @staticmethod
-    def cat(tensors: Sequence["Tensor"], dim: int = 0) -> "Tensor":
-        first = tensors[0]
-        dim = dim % first.ndim
-        for t in tensors[1:]:
-            if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(
-                    zip(t.shape, first.shape)) if i != dim):
-                raise _err("cat", [x.shape for x in tensors], f"shapes differ off dim {dim}")
-        total = sum(t.shape[dim] for t in tensors)
-        out, offset = None, 0
-        for t in tensors:
-            pad = [(0, 0)] * t.ndim
-            pad[dim] = (offset, total - offset - t.shape[dim])
-            piece = t.pad(pad)
-            out = piece if out is None else out + piece
-            offset += t.shape[dim]
-        return out
-
-    @staticmethod
-    def stack(tensors: Sequence["Tensor"], dim: int = 0) -> "Tensor":
-        dim = dim % (tensors[0].ndim + 1)
-        return Tensor.cat([t.unsqueeze(dim) for t in tensors], dim)
-
-    def split(self, sizes, dim: int = 0) -> list["Tensor"]:
-        dim = dim % self.ndim
-        if isinstance(sizes, int):
-            sizes = [sizes] * (self.shape[dim] // sizes) + \
-                ([self.shape[dim] % sizes] if self.shape[dim] % sizes else [])
-        if sum(sizes) != self.shape[dim]:
-            raise _err("split", [self.shape], f"sizes {list(sizes)} do not add up to "
-                       f"{self.shape[dim]}")
-        out, start = [], 0
-        for size in sizes:
-            arg = [(0, s) for s in self.shape]
-            arg[dim] = (start, start + size)
-            out.append(self.shrink(arg))
-            start += size
-        return out
-
-
-def _shape_arg(shape) -> tuple[int, ...]:
-    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
-        shape = shape[0]
-    try:
-        return tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise ShapeError(f"a shape is a sequence of integers, got {shape!r}") from None
-
-
-def _broadcast_shape(a: Iterable[int], b: Iterable[int], op: str) -> tuple[int, ...]:
-    a, b = tuple(a), tuple(b)
-    n = max(len(a), len(b))
-    pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    out = []
-    for x, y in zip(pa, pb):
-        if x != y and 1 not in (x, y):
-            raise _err(op, [a, b], "shapes do not broadcast")
-        out.append(y if x == 1 else x)
-    return tuple(out)

@@ -29,9 +29,9 @@ from tunesearch.runtime.device import get_device
 from tunesearch.search import Budget, SimulatedMeasurer, tune_kernels
 from tunesearch.search.study import study_name
 from tunesearch.search.workers import study_storage
-from tunesearch.status import print_status, status
+from tunesearch.cli.status import print_status, status
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -145,7 +145,7 @@ def test_dashboard_serves_the_studies_of_a_database_on_loopback(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     server = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from tunesearch.dashboard import serve_dashboard; "
+        [sys.executable, "-c", "import sys; from tunesearch.cli.dashboard import serve_dashboard; "
          "serve_dashboard(sys.argv[1], '127.0.0.1', int(sys.argv[2]))", url, str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -15,8 +15,8 @@ import numpy as np
 from tunesearch.graph import lazy
 from tunesearch.graph.schedule import realize_target
 from tunesearch.graph.view import View
-from tunesearch.onnx_ops import axis_of, materialize, register
-from tunesearch.onnx_shape import gather_known
+from tunesearch.onnx.registry import axis_of, materialize, register
+from tunesearch.onnx.shape import gather_known
 from tunesearch.tensor import Tensor
 
 # ---- window geometry

@@ -21,7 +21,7 @@ def cli(*args, db=None, check=False, timeout=600, env=None, **settings):
     env = dict(os.environ, **(env or {}), **settings)
     if db:
         env["TUNESEARCH_DB"] = db
-    proc = subprocess.run([sys.executable, "-m", "tunesearch.cli", *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "tunesearch", *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -87,7 +87,7 @@ def test_ctrl_c_keeps_what_was_found_and_exits_130(tmp_path):
     path = tmp_path / "r.db"
     env = dict(os.environ, TUNESEARCH_DB=str(path))
     # a few trials per kernel: the first kernels are saved within seconds, the rest still wait
-    tune = subprocess.Popen([sys.executable, "-m", "tunesearch.cli", "tune", "example:tiny_cnn",
+    tune = subprocess.Popen([sys.executable, "-m", "tunesearch", "tune", "example:tiny_cnn",
                              "--trials", "6", "--json", "--repeat", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

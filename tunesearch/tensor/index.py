@@ -1,9 +1,10 @@
 """Basic indexing for Tensor: ints, slices (any step), None and Ellipsis, via movement ops."""
 from __future__ import annotations
 
+from tunesearch.errors import ShapeError
+
 
 def getitem(x, index):
-    from tunesearch.tensor import ShapeError
     if not isinstance(index, tuple):
         index = (index,)
     n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
@@ -55,7 +56,7 @@ def getitem(x, index):
 def _every(x, dim: int, step: int):
     """Every step-th element along dim, as views: split (n, step) and keep column 0; a last
     element past the whole groups is joined on (a pad and an add, fused)."""
-    from tunesearch.tensor import Tensor
+    from tunesearch.tensor.tensor import Tensor
     size = x.shape[dim]
     whole, extra = size // step, size % step
     parts = []

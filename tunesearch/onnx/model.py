@@ -1,22 +1,5 @@
-"""Importing ONNX models: the graph becomes Tensor calls, the Tensor graph becomes kernels.
-
-    >>> import numpy as np, tunesearch.onnx
-    >>> model = tunesearch.onnx.load("tunesearch/examples/tiny_cnn.onnx")
-    >>> out = model(np.zeros((1, 3, 32, 32), np.float32))     # {output name: array}
-
-A model is traced once per set of input shapes: initializers become buffers, values known at import
-are folded on the host, and the scheduled kernels, their compiled programs and every buffer are
-kept as a plan. Each later call copies the inputs into the same input buffers and replays the same
-programs, so a call costs the kernels plus a small launch overhead per kernel (`profile` measures
-it). Kernels run with the tuned config the runtime finds for this device, else the default.
-
-Bad input raises an OnnxImportError subclass with a one-line message: ModelNotFoundError,
-NotOnnxError, ExternalDataError (external data missing, out of range or outside the model's
-folder), UnsupportedOperatorError (every unsupported node, by name, in one message),
-and UnboundDimensionError (a dynamic input dimension without a shape from `input_shapes`).
-Inputs that do not fit a loaded model raise InputError. Zero-size tensors are valid ONNX and run:
-a kernel with an empty output computes nothing.
-"""
+"""A loaded ONNX model: `load` reads it, `OnnxModel` traces it into Tensor calls once per set of
+input shapes and replays the plan of kernels on each call (see the package's docstring)."""
 from __future__ import annotations
 
 import math
@@ -25,31 +8,29 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional, Union
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from tunesearch import onnx_nn, onnx_rewrite, onnx_shape  # noqa: F401  (register operators)
 from tunesearch import settings
 from tunesearch.errors import InputError
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import ScheduleItem
-from tunesearch.onnx_files import ExternalDataError, read_model
-from tunesearch.onnx_ops import (OPS, ModelNotFoundError, NodeContext, NotOnnxError,
-                                 OnnxImportError, UnboundDimensionError, UnsupportedOperatorError,
-                                 UnsupportedTypeError, ends_in_reduce, internal_dtype, materialize,
-                                 onnx_np_dtype, producible)
-from tunesearch.onnx_plan import Plan
+import tunesearch.onnx.elementwise  # noqa: F401  (each operator module registers its operators)
+import tunesearch.onnx.nn  # noqa: F401
+import tunesearch.onnx.reduce  # noqa: F401
+import tunesearch.onnx.shape  # noqa: F401
+from tunesearch.onnx import rewrite
+from tunesearch.onnx.files import read_model
+from tunesearch.onnx.plan import Plan
+from tunesearch.onnx.registry import (OPS, NodeContext, OnnxImportError, UnboundDimensionError,
+                                      UnsupportedOperatorError, UnsupportedTypeError,
+                                      ends_in_reduce, internal_dtype, materialize, onnx_np_dtype,
+                                      producible)
 from tunesearch.runtime.device import get_device
 from tunesearch.tensor import Tensor
-
-__all__ = ["load", "OnnxModel", "ValueInfo", "GraphInfo", "Profile", "OnnxImportError",
-           "ModelNotFoundError", "NotOnnxError", "UnsupportedOperatorError",
-           "UnboundDimensionError", "UnsupportedTypeError", "ExternalDataError",
-           "supported_operators"]
 
 ONNX_DOMAINS = ("", "ai.onnx")
 MAX_ELEMENTS = 2 ** 31 - 1  # generated kernels index buffers with 32-bit ints
@@ -129,9 +110,9 @@ class OnnxModel:
                                int(sum(a.size for a in self.initializers.values())),
                                tuple(sorted(counts.items())))
         if settings.graph_rewrites():
-            rewritten = onnx_rewrite.fold_into_weights(graph, self.initializers)
+            rewritten = rewrite.fold_into_weights(graph, self.initializers)
         else:
-            rewritten = onnx_rewrite.Rewritten(list(graph.node), dict(self.initializers))
+            rewritten = rewrite.Rewritten(list(graph.node), dict(self.initializers))
         self._nodes, self._constants = rewritten.nodes, rewritten.constants
         self.rewrites = dict(rewritten.folded)  # {"BatchNormalization into Conv": count, ..}
         self._fanout = Counter(name for n in self._nodes for name in n.input if name)

@@ -14,7 +14,7 @@ from typing import Iterator
 import onnx
 from google.protobuf.message import DecodeError
 
-from tunesearch.onnx_ops import ModelNotFoundError, NotOnnxError, OnnxImportError
+from tunesearch.onnx.registry import ModelNotFoundError, NotOnnxError, OnnxImportError
 
 
 class ExternalDataError(OnnxImportError):

@@ -6,20 +6,24 @@
 Every expected failure (a missing file, a model that is not ONNX, an unknown device, an
 unreachable database...) is a `tunesearch.errors.UserError`: one line on stderr and exit code 2,
 never a traceback. Any other exception is a bug: exit code 1 and one line that says so.
+
+This module builds the parser and runs `tune`, `run` and `devices`; the other commands live beside
+it: `report.py` (and `report_plot.py`), `status.py`, `dashboard.py`, `db.py` (the `db` group),
+with `before_after.py` (the before/after timing of `tune`) and `arguments.py` (checked arguments).
+`python -m tunesearch` runs `main`.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from tunesearch.arguments import ArgumentParser, count, integer, seconds, SEED_LIMIT
+from tunesearch.cli.arguments import ArgumentParser, count, integer, seconds, SEED_LIMIT
 from tunesearch.errors import UsageError, run_command
 
-EXAMPLES = Path(__file__).parent / "examples"
+EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
@@ -67,7 +71,7 @@ def _open_store(url: str | None):
 
 def _profile(model, inputs, repeat: int, db_url: str | None, use_db: bool):
     """Profile the model with tuned configs from db_url, or with every kernel's default."""
-    from tunesearch.before_after import profile_with
+    from tunesearch.cli.before_after import profile_with
     profile = profile_with(model, inputs, repeat, db_url, use_db)
     model(inputs)  # a warm call that DEBUG and GRAPH=1 show: the profile's calls are not traced
     return profile
@@ -104,7 +108,7 @@ def cmd_tune(args) -> int:
                               seed=args.seed, store=store, progress=not quiet,
                               retune=args.retune, storage=_studies(study_storage, store.url),
                               model=Path(args.model).stem)
-    from tunesearch import before_after
+    from tunesearch.cli import before_after
     from tunesearch.runtime.device import get_device
     compared = before_after.measure(model, inputs, args.repeat, store.url)
     kept = before_after.keep_defaults(store, get_device(args.device),
@@ -186,7 +190,7 @@ def _print_tune_table(summary: dict) -> None:
 
 
 def cmd_run(args) -> int:
-    from tunesearch.arguments import check_new_file
+    from tunesearch.cli.arguments import check_new_file
     from tunesearch.npz import read_inputs, write_outputs
     from tunesearch.runtime import tuned
     if args.outputs:
@@ -240,7 +244,7 @@ def cmd_devices(args) -> int:
 
 def cmd_report(args) -> int:
     from tunesearch.db import Store
-    from tunesearch.report import check_plot, report
+    from tunesearch.cli.report import check_plot, report
     if args.plot:
         check_plot(args.plot)  # matplotlib and the file's folder, before reading the database
     with Store(args.db, readonly=True) as store:
@@ -248,7 +252,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from tunesearch.status import print_status, status
+    from tunesearch.cli.status import print_status, status
     info = status(args.db)
     if args.json:
         print(json.dumps(info, indent=2, default=str))
@@ -258,7 +262,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
-    from tunesearch.dashboard import serve_dashboard
+    from tunesearch.cli.dashboard import serve_dashboard
     return serve_dashboard(args.db, args.host, args.port) or 0
 
 
@@ -325,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--port", type=integer("--port", 1, 65535), default=8080)
     dash.set_defaults(func=cmd_dashboard)
 
-    from tunesearch.db.commands import register
+    from tunesearch.cli.db import register
     register(sub)
     return parser
 
@@ -335,7 +339,3 @@ def main(argv: list[str] | None = None) -> int:
     130 for Ctrl-C: see `tunesearch.errors.run_command`)."""
     args = build_parser().parse_args(argv)
     return run_command(lambda: args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

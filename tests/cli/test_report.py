@@ -12,7 +12,7 @@ import pytest
 
 from tunesearch.db import DeviceRecord, KernelRecord, ResultRecord, Store, TrialRecord
 from tunesearch.db.leases import WorkItem, register_model
-from tunesearch.report import kernel_shares, model_curves
+from tunesearch.cli.report import kernel_shares, model_curves
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 DEVICE = DeviceRecord("cpu-test", "cpu", "Test CPU", {"threads": 2})
@@ -83,7 +83,7 @@ def test_shares_of_model_time(db):
 
 def test_report_json_and_plot(db, tmp_path):
     png = tmp_path / "report.png"
-    proc = subprocess.run([sys.executable, "-m", "tunesearch.cli", "report", "--db", db, "--json",
+    proc = subprocess.run([sys.executable, "-m", "tunesearch", "report", "--db", db, "--json",
                            "--plot", str(png)], capture_output=True, text=True, check=True)
     summary = json.loads(proc.stdout)
     device = summary[f"Test CPU ({DEVICE.key})"]
@@ -96,7 +96,7 @@ def test_report_json_and_plot(db, tmp_path):
 
 def test_plot_axes(db, tmp_path):
     pytest.importorskip("matplotlib")
-    from tunesearch.report_plot import plot_report
+    from tunesearch.cli.report_plot import plot_report
     with Store(db) as store:
         rows = store.list_results()
         curves = model_curves(store, rows)

@@ -278,9 +278,9 @@ def test_bad_input_is_one_line_exit_2_and_changes_no_file(files, tmp_path, case)
     env.update({key: value.format(dir=files) for key, value in case.env.items()})
     if "PYTHONPATH" in case.env:
         env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], os.environ.get("PYTHONPATH", ""),
-                                             str(Path(__file__).parents[1])])
+                                             str(Path(__file__).parents[2])])
     args = [arg.format(dir=files) for arg in case.args]
-    proc = subprocess.run([sys.executable, "-m", "tunesearch.cli", *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "tunesearch", *args], capture_output=True,
                           text=True, env=env, timeout=TIMEOUT_S, cwd=tmp_path)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
@@ -297,7 +297,7 @@ def _cli(*args: str, env: dict | None = None, cwd: Path | None = None
     full_env = {key: value for key, value in os.environ.items()
                 if key not in ("DEBUG", "GRAPH", "TUNESEARCH_DB", "TUNESEARCH_NODB")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "tunesearch.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tunesearch", *args], capture_output=True,
                           text=True, env=full_env, timeout=TIMEOUT_S, cwd=cwd)
 
 

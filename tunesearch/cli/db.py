@@ -25,11 +25,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from tunesearch.db._errors import DatabaseError
-from tunesearch.db._migrations import head_revision
-from tunesearch.db._records import ResultRecord
-from tunesearch.db.store import Store
-from tunesearch.arguments import MAX_DAYS, ArgumentParser, integer, number
+from tunesearch.cli.arguments import MAX_DAYS, ArgumentParser, integer, number
+from tunesearch.db import DatabaseError, ResultRecord, Store, head_revision
 from tunesearch.errors import run_command
 
 
@@ -227,7 +224,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `db` commands without the rest of the CLI: `python -m tunesearch.db.commands db ls`."""
+    """Run `db` commands without the rest of the CLI: `python -m tunesearch.cli.db db ls`."""
     parser = ArgumentParser(prog="tunesearch")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

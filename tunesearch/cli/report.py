@@ -101,7 +101,7 @@ def kernel_shares(store, rows) -> dict[tuple[str, str], float]:
         totals[device_key] += w
     return {key: w / totals[key[1]] if totals[key[1]] else 0.0 for key, w in weight.items()}
 
-from tunesearch.arguments import check_new_file
+from tunesearch.cli.arguments import check_new_file
 from tunesearch.errors import UsageError
 
 
@@ -151,7 +151,7 @@ def report(store, plot: str | None = None, as_json: bool = False) -> int:
     else:
         _print(summary, store.where)
     if plot:
-        from tunesearch.report_plot import plot_report
+        from tunesearch.cli.report_plot import plot_report
         plot_report(store, rows, shares, curves, plot)
         print(f"wrote {plot}", file=sys.stderr if as_json else sys.stdout)
     return 0

@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from tunesearch.onnx_ops import axis_of, materialize, node_axes, register
+from tunesearch.onnx.registry import axis_of, materialize, node_axes, register
 from tunesearch.tensor import Tensor
 
 

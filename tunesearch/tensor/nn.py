@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from tunesearch.errors import ShapeError
+
 
 def _pair(value, n: int = 2) -> tuple[int, ...]:
     return tuple(value) if isinstance(value, (list, tuple)) else (value,) * n
@@ -35,7 +37,6 @@ class NNMixin:
         i_ = self.shape[-n:]
         o_ = [(i - d * (k - 1) - 1) // s + 1 for i, d, k, s in zip(i_, d_, k_, s_)]
         if any(o <= 0 for o in o_):
-            from tunesearch.tensor import ShapeError
             raise ShapeError(f"pool: window {k_} (dilation {d_}) does not fit input {i_}")
         m = len(noop)
         if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
@@ -76,7 +77,6 @@ class NNMixin:
 
     def conv2d(self, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
         """NCHW input, (Cout, Cin/groups, kh, kw) weight: windows times weight, summed."""
-        from tunesearch.tensor import ShapeError
         n_sp = weight.ndim - 2
         if self.ndim != n_sp + 2:
             raise ShapeError(f"conv: input {self.shape} and weight {weight.shape} need "
