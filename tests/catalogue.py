@@ -16,7 +16,7 @@ def _r(*shape, seed=0):
 def _windows_conv(x: Tensor, w: Tensor) -> Tensor:
     """A convolution over one strided view of the padded input, reduced over channel x window
     axes without merging them (the reduce axes only chain inside a panel)."""
-    from tunesearch.onnx.nn import windows
+    from tunesearch.onnx.conv import windows
     cout, cin, kh, kw = w.shape
     outs = [x.shape[2] - kh + 3, x.shape[3] - kw + 3]
     cols = windows(x, (kh, kw), (1, 1), (1, 1), [(1, 1), (1, 1)], outs)

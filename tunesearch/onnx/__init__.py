@@ -18,7 +18,7 @@ Inputs that do not fit a loaded model raise InputError. Zero-size tensors are va
 a kernel with an empty output computes nothing.
 
 The package: `model.py` (load, OnnxModel), `registry.py` (the operator registry, the node context,
-the import errors), the operators by family (`elementwise.py`, `reduce.py`, `shape.py`, `nn.py`),
+the import errors), the operators by family (`elementwise.py`, `reduce.py`, `shape.py`, `conv.py`, `nn.py`),
 `rewrite.py` (graph rewrites before tracing), `files.py` (reading a model and its external data)
 and `plan.py` (the traced kernels, buffers and programs a call replays).
 """
