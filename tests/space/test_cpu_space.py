@@ -140,7 +140,7 @@ def test_a_stored_config_without_ktile_means_no_tile():
 def test_padded_axes_are_those_whose_reads_all_come_from_panels():
     """A tail block computes the whole register block only along axes where every load of the
     reduce comes from a zero-padded panel: elsewhere it would read past the operand's end."""
-    from tunesearch.space.lower_cpu import padded_axes
+    from tunesearch.space.panels import padded_axes
     kernel = _kernel("matmul_prime")          # out[i, j] = sum_k a[i, k] * b[k, j]
     assert padded_axes(kernel, {}) == set()
     assert padded_axes(kernel, {2: None}) == {1}

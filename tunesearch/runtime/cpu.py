@@ -29,7 +29,8 @@ from tunesearch.runtime.cpu_team import Team
 from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
 from tunesearch.space.config import Config
-from tunesearch.space.lower_cpu import pack_panel, render_cpu
+from tunesearch.space.lower_cpu import render_cpu
+from tunesearch.space.panels import pack_panel
 from tunesearch.space.target import Target
 
 # the ISA flags (-march...) come from the target model: see cpu_target.compile_flags.

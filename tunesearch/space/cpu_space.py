@@ -330,9 +330,9 @@ class CPUSpace(Space):
             raise ConfigError("threads > 1 needs a parallel loop")
         if not 1 <= threads <= max(1, 4 * self.target.threads):
             raise ConfigError(f"threads {threads} is not in 1..{4 * self.target.threads}")
-        from tunesearch.space.lower_cpu import _PackInfo
+        from tunesearch.space.panels import PackInfo
         for index in pack:
-            if _PackInfo(k, index, upcast, knobs["ktile"]).size > MAX_PACK_ELEMENTS:
+            if PackInfo(k, index, upcast, knobs["ktile"]).size > MAX_PACK_ELEMENTS:
                 raise ConfigError(f"the panel for buffer {index} is too large")
 
     def naive(self) -> Config:

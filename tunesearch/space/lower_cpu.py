@@ -17,102 +17,11 @@ from __future__ import annotations
 import itertools
 import math
 
-import numpy as np
-
 from tunesearch.graph.kernel import Kernel, KNode
+from tunesearch.space.c_support import HEADER, SCRATCH, TEAM, VECTOR_MATH
 from tunesearch.space.config import Config
 from tunesearch.space.dialect import Dialect, ExprEmitter, index_expr
-
-
-HEADER = "#include <math.h>\n#include <stdlib.h>\n#include <stdbool.h>\n#include <string.h>\n"
-
-# exp2 and log2 as inline arithmetic the compiler vectorizes (libm's are calls, one element at a
-# time: a softmax or a GELU then runs at a tenth of the speed of the loads around it). exp2 is
-# within 1 ulp of the exact value over every float, log2 within 3, and both keep libm's special
-# values (NaN, infinities, zero, subnormals). exp2: 2^x = 2^n * 2^f with n = rint(x), |f| <= 1/2, 2^f by its Taylor series to
-# the 7th power (error < 6e-9), 2^n applied in two halves so that 2^-149..2^127 need no
-# special case. log2: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), log2(m) = 2/ln2 * atanh(t)
-# with t = (m-1)/(m+1), |t| < 0.172, by its series to t^11 (error < 1e-9).
-VECTOR_MATH = """#ifndef TUNESEARCH_VECTOR_MATH
-#define TUNESEARCH_VECTOR_MATH
-static inline float ts_bits_float(int i) { float f; memcpy(&f, &i, 4); return f; }
-static inline int ts_float_bits(float f) { int i; memcpy(&i, &f, 4); return i; }
-static inline float ts_exp2f(float x) {
-  float c = x < -151.0f ? -151.0f : (x > 129.0f ? 129.0f : x);
-  float n = rintf(c), f = c - n;
-  float p = 1.5252733804059840e-05f;
-  p = p * f + 1.5403530393381606e-04f;
-  p = p * f + 1.3333558146428443e-03f;
-  p = p * f + 9.6181291076284772e-03f;
-  p = p * f + 5.5504108664821580e-02f;
-  p = p * f + 2.4022650695910071e-01f;
-  p = p * f + 6.9314718055994531e-01f;
-  p = p * f + 1.0f;
-  int k = (int)n, half = k >> 1;
-  float r = p * ts_bits_float((half + 127) << 23) * ts_bits_float((k - half + 127) << 23);
-  return x != x ? x : r;
-}
-static inline float ts_log2f(float x) {
-  int small = x < 1.17549435e-38f;
-  float y = small ? x * 8388608.0f : x;
-  int bits = ts_float_bits(y);
-  int e = ((bits >> 23) & 255) - 127 - (small ? 23 : 0);
-  float m = ts_bits_float((bits & 0x7fffff) | 0x3f800000);
-  int up = m > 1.41421356f;
-  m = up ? m * 0.5f : m;
-  e += up;
-  float t = (m - 1.0f) / (m + 1.0f), t2 = t * t;
-  float p = 0.09090909090909091f;
-  p = p * t2 + 0.1111111111111111f;
-  p = p * t2 + 0.14285714285714285f;
-  p = p * t2 + 0.2f;
-  p = p * t2 + 0.3333333333333333f;
-  p = p * t2 + 1.0f;
-  float r = (float)e + 2.8853900817779268f * t * p;
-  r = x == 0.0f ? -INFINITY : r;
-  r = x < 0.0f ? NAN : r;
-  r = x == INFINITY ? INFINITY : r;
-  return x != x ? x : r;
-}
-#endif
-"""
-
-# Scratch (packed panels, partial results) is kept per calling thread between calls up to this
-# size: a fresh allocation costs a page fault per 4 KiB on every call, as much as packing itself.
-SCRATCH_KEEP = 64 << 20
-MAX_PREPACK_ELEMENTS = 1 << 26  # a constant's panel held beside it, per kernel that reads it
-SCRATCH = f"""#ifndef TUNESEARCH_SCRATCH
-#define TUNESEARCH_SCRATCH
-static _Thread_local void* scratch_kept[8];
-static _Thread_local size_t scratch_size[8];
-static void* scratch(int slot, size_t bytes) {{
-  bytes = (bytes + 63) / 64 * 64;
-  if (bytes > {SCRATCH_KEEP} || slot >= 8) return aligned_alloc(64, bytes);
-  if (scratch_size[slot] < bytes) {{
-    free(scratch_kept[slot]);
-    scratch_kept[slot] = aligned_alloc(64, bytes);
-    scratch_size[slot] = scratch_kept[slot] ? bytes : 0;
-  }}
-  return scratch_kept[slot];
-}}
-static void scratch_done(int slot, void* p, size_t bytes) {{
-  if ((bytes + 63) / 64 * 64 > {SCRATCH_KEEP} || slot >= 8) free(p);
-}}
-#endif
-"""
-
-# The team a parallel loop asks for: its configured threads, or fewer where the caller has
-# lowered OpenMP's thread limit (omp_set_num_threads) because a busy machine keeps taking a
-# thread's core away (see runtime/cpu_team.py)
-TEAM = """#ifndef TUNESEARCH_TEAM
-#define TUNESEARCH_TEAM
-#include <omp.h>
-static inline int team(int threads) {
-  int limit = omp_get_max_threads();
-  return limit < threads ? limit : threads;
-}
-#endif
-"""
+from tunesearch.space.panels import PackInfo, pack_loop, padded_axes
 
 
 class CDialect(Dialect):
@@ -131,81 +40,6 @@ def _params(kernel: Kernel, dialect: Dialect, const: bool = True) -> str:
 
 def _args(kernel: Kernel) -> str:
     return ", ".join(f"data{i}" for i in range(len(kernel.buffers)))
-
-
-def varies(view, axis: int) -> bool:
-    """Whether a load through view reads different places (or is masked) along axis."""
-    return view.strides[axis] != 0 or (view.mask is not None
-                                       and view.mask[axis] != (0, view.shape[axis]))
-
-
-def padded_axes(kernel: Kernel, packs) -> set[int]:
-    """Output axes whose tail blocks may compute the whole register block: every load the
-    reduce reads along them comes from a panel, which is zero-padded to whole blocks."""
-    if kernel.reduce is None:
-        return set()
-    loads = [n.arg for n in kernel.reduce.src[0].walk() if n.op == "load"]
-    return {a for a in range(kernel.n_out)
-            if all(index in packs for index, view in loads if varies(view, a))}
-
-
-class _PackInfo:
-    """A load staged in a scratch panel laid out [blocks of its axes][reduce][lanes of its axes]."""
-
-    def __init__(self, kernel: Kernel, index: int, upcast: tuple[int, ...], ktile: int = 0):
-        n_out = kernel.n_out
-        views = [n.arg[1] for n in kernel.loads() if n.arg[0] == index]
-        self.index, self.view = index, views[0]
-        self.axes = [a for a in range(n_out) if any(varies(v, a) for v in views)]
-        self.blocks = [math.ceil(kernel.domain[a] / upcast[a]) for a in self.axes]
-        self.lanes = [upcast[a] for a in self.axes]
-        # with a k tile the panel holds one tile of the first reduce axis, refilled per tile
-        self.reduce = list(kernel.domain[n_out:])
-        if 0 < ktile < self.reduce[0]:
-            self.reduce[0] = ktile
-        self.size = math.prod(self.blocks) * math.prod(self.reduce) * math.prod(self.lanes)
-        self.dtype = kernel.buffers[index].dtype
-
-    def offset(self, block: list[str], red: list[str], lane: list[str]) -> str:
-        """The panel offset of a block, reduce and lane index; `red` holds one index per reduce
-        axis, or one flat index over them all (the panel lays them out one after another)."""
-        reduce = self.reduce if len(red) == len(self.reduce) else [math.prod(self.reduce)]
-        expr = "0"
-        for idx, size in zip(block + red + lane, self.blocks + reduce + self.lanes):
-            expr = f"({expr})*{size}+({idx})" if expr != "0" else f"({idx})"
-        return expr
-
-
-def pack_panel(kernel: Kernel, config: Config, index: int, values: np.ndarray
-               ) -> np.ndarray | None:
-    """The panel of buffer `index` (its flat values) as the kernel under config reads it
-    prepacked: the layout of a pack without a k tile, zeros past the edges and outside the
-    view's mask. None where the config does not pack that buffer or the panel is too large."""
-    if index not in config.get("pack", ()):
-        return None
-    upcast = tuple(config.get("upcast"))
-    p = _PackInfo(kernel, index, upcast, 0)
-    if p.size > MAX_PREPACK_ELEMENTS:
-        return None
-    n_out, view = kernel.n_out, p.view
-    shape = p.blocks + p.reduce + p.lanes
-    grid = np.indices(shape, sparse=True) if shape else []
-    nb, nr = len(p.blocks), len(p.reduce)
-    coords: list = [0] * len(kernel.domain)
-    valid: np.ndarray | bool = True
-    for k, a in enumerate(p.axes):
-        coords[a] = grid[k] * upcast[a] + grid[nb + nr + k]
-        valid = valid & (coords[a] < kernel.domain[a])
-    for j in range(nr):
-        coords[n_out + j] = grid[nb + j]
-    offset = view.offset + sum(c * s for c, s in zip(coords, view.strides) if s)
-    if view.mask is not None:
-        for c, (lo, hi) in zip(coords, view.mask):
-            valid = valid & (c >= lo) & (c < hi)
-    offset = np.broadcast_to(np.asarray(offset, np.int64), shape)
-    valid = np.broadcast_to(np.asarray(valid, bool), shape)
-    read = values.reshape(-1)[np.where(valid, offset, 0)] if values.size else 0
-    return np.where(valid, read, 0).astype(values.dtype).reshape(-1)
 
 
 def collapsible(kernel: Kernel, packs) -> bool:
@@ -245,7 +79,7 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
     red_sizes = domain[n_out:]
     ktile = config.get("ktile", 0) if reduce_node is not None else 0
     tiled = 0 < ktile < red_sizes[0] if reduce_node is not None else False
-    packs = {i: _PackInfo(kernel, i, upcast, 0 if i in prepacked else ktile)
+    packs = {i: PackInfo(kernel, i, upcast, 0 if i in prepacked else ktile)
              for i in config.get("pack", ())}
     flat = collapsible(kernel, packs)
     # with flat reduce loops one index runs over all reduce axes; a k tile covers `inner` of it
@@ -408,7 +242,7 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
             lines.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, "
                          f"{p.size}*sizeof({tname}));")
     fills = [line for i, p in packs.items() if i not in prepacked for line in
-             _pack_loop(kernel, p, upcast, d, omp_threads if parallel else None, tiled)]
+             pack_loop(kernel, p, upcast, d, omp_threads if parallel else None, tiled)]
     nblocks = [math.ceil(domain[a] / upcast[a]) for a in range(n_out)]
     nest: list[str] = []
     if parallel and n_out:
@@ -497,42 +331,4 @@ def _tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
             out.append(prefix + f"{name}_tail{i}({_block_args(kernel, [])}{pack_args});")
     return out, tails
 
-
-def _pack_loop(kernel: Kernel, p: _PackInfo, upcast, d: Dialect, omp: str | None,
-               tiled: bool) -> list[str]:
-    """Fill a scratch panel: pk[blocks][reduce][lanes] = the load's value (0 past the edge);
-    with a k tile, the kn rows of the first reduce axis from k0 on."""
-    lines = []
-    n_out = kernel.n_out
-    names_b = [f"pb{a}" for a in p.axes]
-    names_r = [f"r{j}" for j in range(len(p.reduce))]
-    names_l = [f"pl{a}" for a in p.axes]
-    sizes = p.blocks + (["kn"] + p.reduce[1:] if tiled else p.reduce) + p.lanes
-    strides = ([p.view.strides[a] * upcast[a] for a in p.axes]
-               + list(p.view.strides[n_out:]) + [p.view.strides[a] for a in p.axes])
-    # the loop with the largest stride in the source outermost, the contiguous one innermost:
-    # the operand is then read in order, row after row (a panel is written in any order)
-    loops = sorted(zip(names_b + names_r + names_l, sizes, strides), key=lambda x: -abs(x[2]))
-    if omp:
-        lines.append(f"  #pragma omp parallel for{omp} schedule(static)")
-    lines += [f"  for (int {n} = 0; {n} < {size}; {n}++)" for n, size, _ in loops]
-    lines.append("  {")
-    guard = []
-
-    def axis_index(axis: int) -> str:
-        if axis < n_out:
-            return f"(pb{axis}*{upcast[axis]}+pl{axis})" if axis in p.axes else "0"
-        return "(k0+r0)" if tiled and axis == n_out else f"r{axis - n_out}"
-
-    for a in p.axes:
-        if kernel.domain[a] % upcast[a]:
-            guard.append(f"pb{a}*{upcast[a]}+pl{a}<{kernel.domain[a]}")
-    idx, valid = index_expr(p.view, axis_index)
-    cond = " && ".join(guard + ([f"({valid})"] if valid else []))
-    value = f"data{p.index}[{idx}]"
-    if cond:
-        value = f"({cond})?{value}:{d.literal(0, p.dtype)}"
-    lines.append(f"    pk{p.index}[{p.offset(names_b, names_r, names_l)}] = {value};")
-    lines.append("  }")
-    return lines
 

@@ -1,0 +1,92 @@
+"""The C every CPU kernel includes beside its loop nest: the headers, exp2 and log2 that
+vectorize, scratch kept between calls, and the team size a parallel loop asks OpenMP for."""
+from __future__ import annotations
+
+HEADER = "#include <math.h>\n#include <stdlib.h>\n#include <stdbool.h>\n#include <string.h>\n"
+
+# exp2 and log2 as inline arithmetic the compiler vectorizes (libm's are calls, one element at a
+# time: a softmax or a GELU then runs at a tenth of the speed of the loads around it). exp2 is
+# within 1 ulp of the exact value over every float, log2 within 3, and both keep libm's special
+# values (NaN, infinities, zero, subnormals). exp2: 2^x = 2^n * 2^f with n = rint(x),
+# |f| <= 1/2, 2^f by its Taylor series to the 7th power (error < 6e-9), 2^n applied in two
+# halves so that 2^-149..2^127 need no special case. log2: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), log2(m) = 2/ln2 * atanh(t)
+# with t = (m-1)/(m+1), |t| < 0.172, by its series to t^11 (error < 1e-9).
+VECTOR_MATH = """#ifndef TUNESEARCH_VECTOR_MATH
+#define TUNESEARCH_VECTOR_MATH
+static inline float ts_bits_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int ts_float_bits(float f) { int i; memcpy(&i, &f, 4); return i; }
+static inline float ts_exp2f(float x) {
+  float c = x < -151.0f ? -151.0f : (x > 129.0f ? 129.0f : x);
+  float n = rintf(c), f = c - n;
+  float p = 1.5252733804059840e-05f;
+  p = p * f + 1.5403530393381606e-04f;
+  p = p * f + 1.3333558146428443e-03f;
+  p = p * f + 9.6181291076284772e-03f;
+  p = p * f + 5.5504108664821580e-02f;
+  p = p * f + 2.4022650695910071e-01f;
+  p = p * f + 6.9314718055994531e-01f;
+  p = p * f + 1.0f;
+  int k = (int)n, half = k >> 1;
+  float r = p * ts_bits_float((half + 127) << 23) * ts_bits_float((k - half + 127) << 23);
+  return x != x ? x : r;
+}
+static inline float ts_log2f(float x) {
+  int small = x < 1.17549435e-38f;
+  float y = small ? x * 8388608.0f : x;
+  int bits = ts_float_bits(y);
+  int e = ((bits >> 23) & 255) - 127 - (small ? 23 : 0);
+  float m = ts_bits_float((bits & 0x7fffff) | 0x3f800000);
+  int up = m > 1.41421356f;
+  m = up ? m * 0.5f : m;
+  e += up;
+  float t = (m - 1.0f) / (m + 1.0f), t2 = t * t;
+  float p = 0.09090909090909091f;
+  p = p * t2 + 0.1111111111111111f;
+  p = p * t2 + 0.14285714285714285f;
+  p = p * t2 + 0.2f;
+  p = p * t2 + 0.3333333333333333f;
+  p = p * t2 + 1.0f;
+  float r = (float)e + 2.8853900817779268f * t * p;
+  r = x == 0.0f ? -INFINITY : r;
+  r = x < 0.0f ? NAN : r;
+  r = x == INFINITY ? INFINITY : r;
+  return x != x ? x : r;
+}
+#endif
+"""
+
+# Scratch (packed panels, partial results) is kept per calling thread between calls up to this
+# size: a fresh allocation costs a page fault per 4 KiB on every call, as much as packing itself.
+SCRATCH_KEEP = 64 << 20
+SCRATCH = f"""#ifndef TUNESEARCH_SCRATCH
+#define TUNESEARCH_SCRATCH
+static _Thread_local void* scratch_kept[8];
+static _Thread_local size_t scratch_size[8];
+static void* scratch(int slot, size_t bytes) {{
+  bytes = (bytes + 63) / 64 * 64;
+  if (bytes > {SCRATCH_KEEP} || slot >= 8) return aligned_alloc(64, bytes);
+  if (scratch_size[slot] < bytes) {{
+    free(scratch_kept[slot]);
+    scratch_kept[slot] = aligned_alloc(64, bytes);
+    scratch_size[slot] = scratch_kept[slot] ? bytes : 0;
+  }}
+  return scratch_kept[slot];
+}}
+static void scratch_done(int slot, void* p, size_t bytes) {{
+  if ((bytes + 63) / 64 * 64 > {SCRATCH_KEEP} || slot >= 8) free(p);
+}}
+#endif
+"""
+
+# The team a parallel loop asks for: its configured threads, or fewer where the caller has
+# lowered OpenMP's thread limit (omp_set_num_threads) because a busy machine keeps taking a
+# thread's core away (see runtime/cpu_team.py)
+TEAM = """#ifndef TUNESEARCH_TEAM
+#define TUNESEARCH_TEAM
+#include <omp.h>
+static inline int team(int threads) {
+  int limit = omp_get_max_threads();
+  return limit < threads ? limit : threads;
+}
+#endif
+"""

@@ -1,0 +1,129 @@
+"""Panels: operands staged for a kernel in a blocked scratch layout [blocks of the operand's
+output axes][reduce][lanes], zero past the edges. The C loop that fills one on every call, and
+the same panel made once on the host for an operand that never changes (a model's weight,
+packed when the plan is built)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tunesearch.graph.kernel import Kernel
+from tunesearch.space.config import Config
+from tunesearch.space.dialect import Dialect, index_expr
+
+MAX_PREPACK_ELEMENTS = 1 << 26  # a constant's panel held beside it, per kernel that reads it
+
+
+def varies(view, axis: int) -> bool:
+    """Whether a load through view reads different places (or is masked) along axis."""
+    return view.strides[axis] != 0 or (view.mask is not None
+                                       and view.mask[axis] != (0, view.shape[axis]))
+
+
+def padded_axes(kernel: Kernel, packs) -> set[int]:
+    """Output axes whose tail blocks may compute the whole register block: every load the
+    reduce reads along them comes from a panel, which is zero-padded to whole blocks."""
+    if kernel.reduce is None:
+        return set()
+    loads = [n.arg for n in kernel.reduce.src[0].walk() if n.op == "load"]
+    return {a for a in range(kernel.n_out)
+            if all(index in packs for index, view in loads if varies(view, a))}
+
+
+class PackInfo:
+    """A load staged in a scratch panel laid out [blocks of its axes][reduce][lanes of its axes]."""
+
+    def __init__(self, kernel: Kernel, index: int, upcast: tuple[int, ...], ktile: int = 0):
+        n_out = kernel.n_out
+        views = [n.arg[1] for n in kernel.loads() if n.arg[0] == index]
+        self.index, self.view = index, views[0]
+        self.axes = [a for a in range(n_out) if any(varies(v, a) for v in views)]
+        self.blocks = [math.ceil(kernel.domain[a] / upcast[a]) for a in self.axes]
+        self.lanes = [upcast[a] for a in self.axes]
+        # with a k tile the panel holds one tile of the first reduce axis, refilled per tile
+        self.reduce = list(kernel.domain[n_out:])
+        if 0 < ktile < self.reduce[0]:
+            self.reduce[0] = ktile
+        self.size = math.prod(self.blocks) * math.prod(self.reduce) * math.prod(self.lanes)
+        self.dtype = kernel.buffers[index].dtype
+
+    def offset(self, block: list[str], red: list[str], lane: list[str]) -> str:
+        """The panel offset of a block, reduce and lane index; `red` holds one index per reduce
+        axis, or one flat index over them all (the panel lays them out one after another)."""
+        reduce = self.reduce if len(red) == len(self.reduce) else [math.prod(self.reduce)]
+        expr = "0"
+        for idx, size in zip(block + red + lane, self.blocks + reduce + self.lanes):
+            expr = f"({expr})*{size}+({idx})" if expr != "0" else f"({idx})"
+        return expr
+
+
+def pack_panel(kernel: Kernel, config: Config, index: int, values: np.ndarray
+               ) -> np.ndarray | None:
+    """The panel of buffer `index` (its flat values) as the kernel under config reads it
+    prepacked: the layout of a pack without a k tile, zeros past the edges and outside the
+    view's mask. None where the config does not pack that buffer or the panel is too large."""
+    if index not in config.get("pack", ()):
+        return None
+    upcast = tuple(config.get("upcast"))
+    p = PackInfo(kernel, index, upcast, 0)
+    if p.size > MAX_PREPACK_ELEMENTS:
+        return None
+    n_out, view = kernel.n_out, p.view
+    shape = p.blocks + p.reduce + p.lanes
+    grid = np.indices(shape, sparse=True) if shape else []
+    nb, nr = len(p.blocks), len(p.reduce)
+    coords: list = [0] * len(kernel.domain)
+    valid: np.ndarray | bool = True
+    for k, a in enumerate(p.axes):
+        coords[a] = grid[k] * upcast[a] + grid[nb + nr + k]
+        valid = valid & (coords[a] < kernel.domain[a])
+    for j in range(nr):
+        coords[n_out + j] = grid[nb + j]
+    offset = view.offset + sum(c * s for c, s in zip(coords, view.strides) if s)
+    if view.mask is not None:
+        for c, (lo, hi) in zip(coords, view.mask):
+            valid = valid & (c >= lo) & (c < hi)
+    offset = np.broadcast_to(np.asarray(offset, np.int64), shape)
+    valid = np.broadcast_to(np.asarray(valid, bool), shape)
+    read = values.reshape(-1)[np.where(valid, offset, 0)] if values.size else 0
+    return np.where(valid, read, 0).astype(values.dtype).reshape(-1)
+
+
+def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
+               tiled: bool) -> list[str]:
+    """Fill a scratch panel: pk[blocks][reduce][lanes] = the load's value (0 past the edge);
+    with a k tile, the kn rows of the first reduce axis from k0 on."""
+    lines = []
+    n_out = kernel.n_out
+    names_b = [f"pb{a}" for a in p.axes]
+    names_r = [f"r{j}" for j in range(len(p.reduce))]
+    names_l = [f"pl{a}" for a in p.axes]
+    sizes = p.blocks + (["kn"] + p.reduce[1:] if tiled else p.reduce) + p.lanes
+    strides = ([p.view.strides[a] * upcast[a] for a in p.axes]
+               + list(p.view.strides[n_out:]) + [p.view.strides[a] for a in p.axes])
+    # the loop with the largest stride in the source outermost, the contiguous one innermost:
+    # the operand is then read in order, row after row (a panel is written in any order)
+    loops = sorted(zip(names_b + names_r + names_l, sizes, strides), key=lambda x: -abs(x[2]))
+    if omp:
+        lines.append(f"  #pragma omp parallel for{omp} schedule(static)")
+    lines += [f"  for (int {n} = 0; {n} < {size}; {n}++)" for n, size, _ in loops]
+    lines.append("  {")
+    guard = []
+
+    def axis_index(axis: int) -> str:
+        if axis < n_out:
+            return f"(pb{axis}*{upcast[axis]}+pl{axis})" if axis in p.axes else "0"
+        return "(k0+r0)" if tiled and axis == n_out else f"r{axis - n_out}"
+
+    for a in p.axes:
+        if kernel.domain[a] % upcast[a]:
+            guard.append(f"pb{a}*{upcast[a]}+pl{a}<{kernel.domain[a]}")
+    idx, valid = index_expr(p.view, axis_index)
+    cond = " && ".join(guard + ([f"({valid})"] if valid else []))
+    value = f"data{p.index}[{idx}]"
+    if cond:
+        value = f"({cond})?{value}:{d.literal(0, p.dtype)}"
+    lines.append(f"    pk{p.index}[{p.offset(names_b, names_r, names_l)}] = {value};")
+    lines.append("  }")
+    return lines
