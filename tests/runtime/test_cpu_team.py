@@ -40,7 +40,14 @@ def run(machine: Machine, calls: int) -> Team:
 def test_a_quiet_machine_keeps_the_full_team():
     machine = Machine(2, lambda size, i: 1.0 if size == 2 else 1.7)
     run(machine, 500)
-    assert set(machine.sizes) == {2}
+    assert machine.sizes[:4] == [2, 2, 1, 1]  # one thread tried twice, to compare
+    assert set(machine.sizes[4:]) == {2}
+
+
+def test_a_machine_where_every_full_call_stalls_moves_to_one_thread():
+    machine = Machine(2, lambda size, i: 14.0 if size == 2 else 1.6)
+    run(machine, 200)
+    assert machine.sizes.count(1) > 185
 
 
 def test_a_busy_machine_moves_to_one_thread_and_retries_less_and_less():

@@ -5,7 +5,7 @@ its core (the machine runs other processes), the whole kernel waits for the sche
 back, a time slice of milliseconds for a kernel of microseconds. onnxruntime's pool sidesteps
 this (the caller runs the work no worker has claimed); with OpenMP, the way out is a smaller
 team. A `Team` watches the latency of whole calls and picks, per call, the team with the lower
-recent median: all threads, or the calling thread alone. It keeps trying the other choice now
+recent median: all threads, or the calling thread alone (each tried twice at the start). It keeps trying the other choice now
 and then, less often each time it loses, so a machine that grows quiet gets its threads back.
 On a quiet machine the full team wins every comparison and nothing changes.
 
@@ -69,8 +69,8 @@ class Team:
         full, alone = self._recent[self.threads], self._recent[1]
         if len(full) < 2:
             return self.threads   # the full team first, until it has a median
-        if len(alone) < 2:        # calls that vary threefold: see what one thread does
-            return 1 if max(full) > 3 * min(full) else self.threads
+        if len(alone) < 2:        # then two calls on one thread, to compare with: on a
+            return 1              # busy machine every full-team call may stall alike
         if self._median(self.threads) <= self._median(1):
             return self.threads
         self._until_retry -= 1    # one thread has been faster lately: the full team now and then
