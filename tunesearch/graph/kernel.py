@@ -74,12 +74,25 @@ class KNode:
 
 @dataclass(frozen=True)
 class BufferSpec:
+    """A buffer a kernel reads or writes: its size in elements (not bytes) and element type."""
     size: int
     dtype: DType
 
 
 @dataclass(frozen=True)
 class Kernel:
+    """One kernel: a loop domain and one expression, stored through a view.
+
+    - domain: the full iteration shape, the output axes first, then the `n_reduce` reduce axes
+      (every index of it is one evaluation of the expression's inside);
+    - expr: the expression tree (`KNode`s): loads of buffers through views of the domain,
+      constants, unary, binary and where ops, and at most one reduce over the reduce axes;
+    - out_view: how an index of the output axes maps to an offset of buffer 0;
+    - buffers: buffer 0 is the output, 1.. the inputs in the order the loads number them.
+
+    Derived: `key` (a hash of the canonical text, the same in every process and on every
+    machine: the database's kernel key), `name` (r_ for a reduce, E_ for elementwise, then the
+    domain), `flops` and `bytes` (what DEBUG=2 turns into GFLOPS and GB/s)."""
     domain: tuple[int, ...]
     n_reduce: int
     expr: KNode

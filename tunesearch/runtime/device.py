@@ -67,6 +67,8 @@ _buffer_serials = itertools.count()
 
 @dataclass
 class Buffer:
+    """Memory on a device: `size` elements (not bytes) of `dtype`; `handle` is what the device
+    addresses it by (a numpy array on the host devices, a device pointer on a GPU)."""
     device: str
     size: int
     dtype: DType
@@ -82,6 +84,8 @@ class Buffer:
 
 @dataclass(frozen=True)
 class Source:
+    """A rendered kernel: its source text, the name of its entry function, the key of the
+    kernel it computes, how many buffers it takes and, on a GPU, its launch grid."""
     text: str
     entry: str
     kernel_key: str
@@ -104,6 +108,22 @@ class Program:
 
 
 class Device(ABC):
+    """A place kernels run, behind one small interface (one file per device in runtime/,
+    registered by name in DEVICES):
+
+    - info(): what the device is (backend, name, the fingerprint that keys the database, the
+      target model the space derives its defaults from);
+    - alloc(size, dtype): a buffer of `size` elements; copyin / copyout move numpy arrays in and
+      out of it (whole buffers, flat);
+    - render(kernel, config): the source of a kernel under a config; compile(source): a loadable
+      artifact (safe to call in another process: the compile pool does); load(artifact,
+      source): a `Program`, whose `run(buffers)` launches it and whose `timed(buffers)` launches
+      it once and returns the seconds the device measured (a device timer on a GPU, the wall
+      clock around the call on the CPU), after the kernel finished;
+    - synchronize(): wait for every launch; sequence(steps): one function that launches a
+      model's programs in order (devices with a cheaper way to chain launches override it);
+    - prepack(kernel, config, index, values): a constant operand packed once (CPU), or None.
+    """
     name: str
     # buffers are host memory that kernels address directly (the runner fences them with guard
     # pages, see search/_guarded.py); a Buffer's handle is then its numpy array
