@@ -28,7 +28,7 @@ from tunesearch.db.leases import DONE, FAILED, LeaseBoard, WorkItem
 from tunesearch.runtime.device import get_device
 from tunesearch.search import Budget, SimulatedMeasurer, tune_kernels
 from tunesearch.search.study import study_name
-from tunesearch.search.workers import study_storage
+from tunesearch.search.study_storage import study_storage
 from tunesearch.cli.status import print_status, status
 
 ROOT = Path(__file__).resolve().parents[2]

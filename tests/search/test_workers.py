@@ -33,7 +33,8 @@ from tunesearch.runtime.cpu import CPUDevice
 from tunesearch.runtime.device import DeviceInfo, get_device
 from tunesearch.search import Budget, SimulatedMeasurer
 from tunesearch.search.study import study_name
-from tunesearch.search.workers import run_workers, study_storage
+from tunesearch.search.study_storage import study_storage
+from tunesearch.search.supervise import run_workers
 from tunesearch.space.config import Config
 
 MARKERS_ENV = "TUNESEARCH_TEST_MARKERS"  # a folder where slow measurers show they are measuring

@@ -97,13 +97,13 @@ def cmd_tune(args) -> int:
     kernels = [item.kernel for item in model.schedule(inputs)]
     quiet = args.quiet or args.json
     if args.workers > 1:
-        from tunesearch.search.workers import run_workers
+        from tunesearch.search.supervise import run_workers
         report = run_workers(kernels, args.device, budget, sampler=args.sampler, seed=args.seed,
                              db_url=store.url, n_workers=args.workers,
                              model=Path(args.model).stem, retune=args.retune,
                              weights={k.key: t for k, t in before.kernels}, progress=not quiet)
     else:
-        from tunesearch.search.workers import study_storage
+        from tunesearch.search.study_storage import study_storage
         report = tune_kernels(kernels, args.device, budget, sampler=args.sampler,
                               seed=args.seed, store=store, progress=not quiet,
                               retune=args.retune, storage=_studies(study_storage, store.url),

@@ -2,7 +2,7 @@
 
     serve_dashboard("postgresql://db.lan/tunesearch", host="127.0.0.1", port=8080)
 
-The studies live beside the results (`tunesearch.search.workers.study_storage`): one study per
+The studies live beside the results (`tunesearch.search.study_storage`): one study per
 (kernel, device), named `<kernel key>@<device key>`. The server binds to loopback by default;
 optuna-dashboard has no authentication, so expose it only through something that has.
 """
@@ -28,7 +28,7 @@ def serve_dashboard(db_url: str | None = None, host: str = "127.0.0.1", port: in
         raise UsageError("optuna-dashboard is not installed: "
                          "pip install 'tunesearch[dashboard]'") from None
 
-    from tunesearch.search.workers import study_storage
+    from tunesearch.search.study_storage import study_storage
 
     storage = study_storage(db_url or default_url())
     where = make_url(studies_url(db_url or default_url())).render_as_string(hide_password=True)

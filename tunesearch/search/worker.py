@@ -1,0 +1,225 @@
+"""One worker process: its loop (claim a lease, tune its kernel, finish it, take the next), the
+heartbeat that renews the lease meanwhile, and the retries while the database is unreachable."""
+from __future__ import annotations
+
+import _thread
+import sys
+import threading
+import time
+import traceback
+from dataclasses import replace
+from typing import Callable
+
+from sqlalchemy import exc as sa_exc
+
+from tunesearch.db import DatabaseError, Store
+from tunesearch.db.leases import DONE, FAILED, RUNNING, WAITING, Claim, LeaseBoard, worker_id
+from tunesearch.search.measure import Measurer
+from tunesearch.search.planning import WorkerJob
+from tunesearch.search.progress import Progress
+from tunesearch.search.results import TuneError
+from tunesearch.search.study import study_name
+from tunesearch.search.study_storage import _fail_running_trials, study_storage
+from tunesearch.search.tune import _device, tune_kernels
+
+MAX_ATTEMPTS = 3      # claims of one lease that end in an error before it is marked failed
+
+
+class WorkerError(TuneError):
+    """A worker cannot go on (the database stayed unreachable); the message is one line."""
+
+
+def _transient(err: BaseException) -> bool:
+    """True when err (or what caused it) is the database connection failing: worth a wait."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (sa_exc.OperationalError, sa_exc.InterfaceError,
+                            sa_exc.DisconnectionError)):
+            return True
+        if type(err).__name__ == "OperationalError":  # a driver's own (psycopg, sqlite3)
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _retrying(job: WorkerJob, what: str, action: Callable):
+    """action(), retried with backoff while the database is unreachable, for db_wait_s."""
+    deadline, delay = time.monotonic() + job.db_wait_s, 0.25
+    while True:
+        try:
+            return action()
+        except Exception as err:  # noqa: BLE001  (only connection failures are retried)
+            if not _transient(err):
+                raise
+            if time.monotonic() >= deadline:
+                raise WorkerError(f"cannot {what}: the database did not answer for "
+                                  f"{job.db_wait_s:.0f} s ({str(err).splitlines()[0]})") from err
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+class _TrialCounter(Progress):
+    """Counts the trials measured for a lease, so the heartbeat can record them."""
+
+    def __init__(self, base: int):
+        self.base = self.value = base
+
+    def trial(self, measured: int, best_s: float | None) -> None:
+        self.value = self.base + measured
+
+
+class _Heartbeat:
+    """Renews a lease every few seconds while the main thread tunes. A renewal refused (the
+    lease expired and another worker took it) stops the tuning with a KeyboardInterrupt in the
+    main thread; a database that does not answer is tried again at the next beat."""
+
+    def __init__(self, board: LeaseBoard, claim: Claim, counter: _TrialCounter, every_s: float):
+        self.board, self.claim, self.counter, self.every_s = board, claim, counter, every_s
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._interrupt = threading.current_thread() is threading.main_thread()
+        self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                held = self.board.renew(self.claim, self.counter.value)
+            except Exception:  # noqa: BLE001  (the database is away; the lease holds its TTL)
+                continue
+            if not held:
+                self.lost.set()
+                if self._interrupt and not self._stop.is_set():
+                    _thread.interrupt_main()
+                return
+
+
+class _Worker:
+    """The loop of one worker: claim, tune, finish, until nothing is left."""
+
+    def __init__(self, job: WorkerJob, name: str):
+        self.job, self.name = job, name
+        self.device = _device(job.device)
+        self.device_key = self.device.info().key
+        self.kernels = {kernel.key: kernel for kernel in job.kernels}
+        self.store = _retrying(job, f"open {job.db_url}", lambda: Store(job.db_url))
+        self.board = LeaseBoard(self.store, ttl_s=job.ttl_s)
+        self.storage = None
+        self.errors: dict[int, int] = {}  # lease id -> claims that ended in an error
+
+    def run(self) -> int:
+        """Tune until no lease of these kernels is waiting or running; returns leases done."""
+        done = 0
+        measurer = self.job.measurer(self.device, self.job.seed, self.job.n_workers)
+        try:
+            while self.job.deadline is None or time.time() < self.job.deadline:
+                claim = _retrying(self.job, "claim a kernel", lambda: self.board.claim(
+                    self.name, self.device_key, self.kernels))
+                if claim is None:
+                    left = _retrying(self.job, "read the leases", lambda: self.board.pending(
+                        self.device_key, self.kernels))
+                    if left == 0:
+                        break
+                    time.sleep(self.job.poll_s)  # others hold the rest; one may die
+                    continue
+                done += self._tune(claim, measurer) == DONE
+        finally:
+            measurer.close()
+            self.store.close()
+            if self.storage is not None:
+                self.storage.engine.dispose()
+        return done
+
+    def _finish(self, claim: Claim, state: str, trials: int, message: str = "") -> str:
+        _retrying(self.job, "finish a lease", lambda: self.board.finish(
+            claim, state, trials=trials, message=message))
+        return state
+
+    def _tune(self, claim: Claim, measurer: Measurer) -> str:
+        """Tune the kernel of one claim; returns the state the lease was left in."""
+        job, kernel = self.job, self.kernels[claim.kernel_key]
+        if self.storage is None:
+            self.storage = _retrying(job, "open the studies", lambda: study_storage(job.db_url))
+        if claim.taken_over and claim.slots == 1:  # the dead worker's open trials are closed
+            _retrying(job, "close a dead worker's trials", lambda: _fail_running_trials(
+                self.storage, study_name(kernel, claim.device_key)))
+        trials = None
+        if job.budget.trials is not None:  # the trials its earlier holders measured count
+            trials = max(1, claim.budget - claim.trials) if claim.budget else job.budget.trials
+        seconds = job.budget.seconds
+        if job.deadline is not None:
+            left = max(1.0, job.deadline - time.time())
+            seconds = min(seconds, left) if seconds is not None else left
+        budget = replace(job.budget, trials=trials, seconds=seconds, total_seconds=None)
+        counter = _TrialCounter(claim.trials)
+        beat = _Heartbeat(self.board, claim, counter, job.heartbeat_s)
+        try:
+            with beat:
+                report = tune_kernels([kernel], self.device, budget, job.sampler,
+                                      job.seed + claim.slot, store=self.store, progress=counter,
+                                      retune=True, measurer=measurer, storage=self.storage)
+        except KeyboardInterrupt:
+            if not beat.lost.is_set():
+                self._finish(claim, WAITING, counter.value, "interrupted")
+                raise
+            return RUNNING  # lost: the worker that took the lease over finishes it
+        except TuneError:
+            self._finish(claim, WAITING, counter.value)
+            raise
+        except Exception as err:  # noqa: BLE001  (failures are data: the lease records them)
+            message = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            if _transient(err):
+                self.storage = None  # a fresh connection pool once the database is back
+                return self._retry_later(claim, counter.value, message)
+            traceback.print_exc(file=sys.stderr)
+            return self._finish(claim, FAILED, counter.value, message)
+        if beat.lost.is_set():
+            return RUNNING
+        if report.interrupted:
+            self._finish(claim, WAITING, counter.value, "interrupted")
+            raise KeyboardInterrupt
+        [result] = report.results
+        stored = _retrying(job, "read a result", lambda: self.store.lookup(
+            kernel.key, claim.device_key))
+        if stored is not None:
+            return self._finish(claim, DONE, counter.value)
+        if result.status == "failed":
+            return self._finish(claim, FAILED, counter.value, result.message)
+        return self._retry_later(claim, counter.value, result.message or "not saved")
+
+    def _retry_later(self, claim: Claim, trials: int, message: str) -> str:
+        """Release a lease after an error so any worker can continue it, a few times at most."""
+        self.errors[claim.lease_id] = self.errors.get(claim.lease_id, 0) + 1
+        state = FAILED if self.errors[claim.lease_id] >= MAX_ATTEMPTS else WAITING
+        return self._finish(claim, state, trials, message)
+
+
+def work(job: WorkerJob, name: str | None = None) -> int:
+    """Run one worker in this process (what each spawned process does); returns leases done."""
+    return _Worker(job, name or worker_id()).run()
+
+
+def _worker_main(job: WorkerJob, conn) -> None:
+    """The entry point of a spawned worker: reports one message on its own pipe, then exits."""
+    try:
+        done = work(job)
+    except KeyboardInterrupt:
+        conn.send(("interrupted", ""))
+        sys.exit(130)
+    except (TuneError, DatabaseError) as err:
+        print(f"tunesearch worker: error: {err}", file=sys.stderr)
+        conn.send(("error", str(err)))
+        sys.exit(3)
+    except BaseException as err:  # noqa: BLE001
+        traceback.print_exc(file=sys.stderr)
+        conn.send(("error", f"{type(err).__name__}: {err}"))
+        sys.exit(1)
+    conn.send(("ok", done))
