@@ -95,26 +95,32 @@ def bench_transformer_block(seed: int = 0) -> onnx.ModelProto:
     return transformer_block(d=128, heads=4, ff=512, seed=seed, max_len=64, shape=(1, 64))
 
 
-def odd_mlp(seed: int = 0) -> onnx.ModelProto:
-    """An MLP whose sizes fit no vector width or tile: x (37, 1000), Gemm 1000->333 + Relu,
-    MatMul 333->77 + Add bias, Sigmoid; weights scaled 1/sqrt(fan_in)."""
+def mlp(name: str, batch, n_in: int, hidden: int, n_out: int, scales: tuple[float, float],
+        seed: int = 0) -> onnx.ModelProto:
+    """Gemm n_in->hidden + Relu, MatMul hidden->n_out + Add bias, Sigmoid over x (batch, n_in);
+    batch is a size or a symbol. scales: the two weights' standard deviations."""
     rng, inits = np.random.default_rng(seed), []
-    w1 = _init(inits, rng, "w1", (333, 1000), 1 / np.sqrt(1000))
-    b1 = _init(inits, rng, "b1", (333,))
-    w2 = _init(inits, rng, "w2", (333, 77), 1 / np.sqrt(333))
-    b2 = _init(inits, rng, "b2", (77,))
+    w1 = _init(inits, rng, "w1", (hidden, n_in), scales[0])
+    b1 = _init(inits, rng, "b1", (hidden,))
+    w2 = _init(inits, rng, "w2", (hidden, n_out), scales[1])
+    b2 = _init(inits, rng, "b2", (n_out,))
     nodes = [helper.make_node("Gemm", ["x", w1, b1], ["h"], name="fc1", transB=1),
              helper.make_node("Relu", ["h"], ["hr"], name="relu"),
              helper.make_node("MatMul", ["hr", w2], ["o"], name="fc2"),
              helper.make_node("Add", ["o", b2], ["ob"], name="bias2"),
              helper.make_node("Sigmoid", ["ob"], ["y"], name="sigmoid")]
     graph = helper.make_graph(
-        nodes, "odd_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [37, 1000])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [37, 77])], inits)
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, n_in])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, n_out])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-# the built models by name, at fixed input shapes (they load without input_shapes)
+def odd_mlp(seed: int = 0) -> onnx.ModelProto:
+    """An MLP whose sizes fit no vector width or tile: x (37, 1000), 1000 -> 333 -> 77, weights
+    scaled 1/sqrt(fan_in)."""
+    return mlp("odd_mlp", 37, 1000, 333, 77, (1 / np.sqrt(1000), 1 / np.sqrt(333)), seed)
+
+
 BUILDERS = {"transformer_block": bench_transformer_block, "odd_mlp": odd_mlp}
 
 

@@ -89,7 +89,6 @@ def _fold(producer: onnx.NodeProto, consumer: onnx.NodeProto, constants: dict,
     if weights is None:
         return None
     w, bias, channels, layout = weights
-    scale = shift = None
     if consumer.op_type == "BatchNormalization":
         if producer.op_type != "Conv" or _attr(consumer, "training_mode", 0) or \
                 len(consumer.input) < 5 or consumer.input[0] != producer.output[0]:
@@ -163,14 +162,9 @@ def _per_channel(c: np.ndarray, channels: int, layout: str, w_rank: int) -> Opti
                 any(d != 1 for d in dims[len(dims) - spatial:]) or \
                 any(d != 1 for d in dims[:len(dims) - spatial - 1]):
             return None
-        vector = c.reshape(-1)
-    else:
-        if any(d != 1 for d in dims[:-1]):
-            return None
-        vector = c.reshape(-1)
-    if vector.size != channels:
+    elif any(d != 1 for d in dims[:-1]):
         return None
-    return vector.astype(np.float64)
+    return c.reshape(-1).astype(np.float64) if c.size == channels else None
 
 
 def _scaled(producer, consumer, w, bias, scale, shift, constants, names) -> onnx.NodeProto:

@@ -171,9 +171,10 @@ class CPUDevice(Device):
         args = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
         run, n = chain.run_chain, len(steps)
         team = Team(self.threads, chain.swap_team_limit)
+        call = functools.partial(run, n, entries, counts, args)
 
         def launch() -> None:
-            team.run(lambda: run(n, entries, counts, args))
+            team.run(call)
         launch.keep = (entries, counts, args)  # the arrays live as long as the function
         launch.team = team
         return launch
