@@ -65,6 +65,8 @@ def test_a_plan_packs_its_weights_once():
     for key, value in want.items():
         np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-5)
     plan = next(iter(model._plans.values()))
+    # the weight and the bias of each layer never change; the input and the hidden layer do
+    assert list(model.constant_inputs(feeds).values()) == [frozenset({2, 3})] * 2
     texts = [step.program.source.text for step in plan.steps]
     # both matmuls read their weight's panel as given: no packing loop writes it per call
     assert all("pk2 = data2;" in t and "pk2[" in t for t in texts), texts

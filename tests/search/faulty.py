@@ -41,8 +41,8 @@ class FaultyDevice(CPUDevice):
         return DeviceInfo("faulty", real.name, fingerprint + (("faults", "planted"),),
                           dataclasses.replace(real.target, threads=1))
 
-    def render(self, kernel, config) -> Source:
-        source = super().render(kernel, config)
+    def render(self, kernel, config, prepacked=frozenset()) -> Source:
+        source = super().render(kernel, config, prepacked)
         head, tail = _PLANTS.get(config.get("upcast")[-1], ("", ""))
         if not head and not tail:
             return source

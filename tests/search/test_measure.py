@@ -145,3 +145,29 @@ def test_comparison_catches_wrong_unwritten_and_nan_outputs():
     with_nan = np.array([np.nan, 1.0], np.float32)
     assert verify.compare(with_nan.copy(), with_nan, tolerance)[0]
     assert not verify.compare(np.array([0.0, 1.0], np.float32), with_nan, tolerance)[0]
+
+
+def test_constant_operands_are_timed_packed_ahead_and_verified():
+    """A weight (a constant input) is read as the plan reads it, as a panel packed once: the
+    program is built without its packing loop, and its output still matches the reference
+    (a program handed the unpacked buffer would compute something else and fail)."""
+    kernel = matmul(37, 64, 48)
+    device = get_device("cpu")
+    space = space_for(kernel, device.info().target)
+    configs = [c for c in space.enumerate() if 2 in c.get("pack", ())][:3]
+    assert configs, "no config packs the weight"
+    with DeviceMeasurer("cpu") as measurer:
+        plain = measurer.measure(kernel, configs)
+        assert all(not measurer._built[(kernel.key, c)][2] for c in configs)
+        measurer.use_constants({kernel.key: frozenset({2})})
+        packed = measurer.measure(kernel, configs)
+        for config, result in zip(configs, packed):
+            source, _, layouts = measurer._built[(kernel.key, config)]
+            assert set(layouts) == {2} and "pk2 = data2;" in source.text
+            assert result.ok and result.max_error <= verify.tolerance(kernel), result
+        assert all(r.ok for r in plain)
+        # a config that packs only the other operand reads nothing ahead
+        other = next((c for c in space.enumerate() if c.get("pack") == (1,)), None)
+        if other is not None:
+            [result] = measurer.measure(kernel, [other])
+            assert result.ok and not measurer._built[(kernel.key, other)][2]

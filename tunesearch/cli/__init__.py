@@ -95,19 +95,21 @@ def cmd_tune(args) -> int:
     inputs = model.random_inputs(seed=0)
     before = _profile(model, inputs, args.repeat, args.db, use_db=False)
     kernels = [item.kernel for item in model.schedule(inputs)]
+    constants = model.constant_inputs(inputs)  # weights: timed packed ahead, as runs read them
     quiet = args.quiet or args.json
     if args.workers > 1:
         from tunesearch.search.supervise import run_workers
         report = run_workers(kernels, args.device, budget, sampler=args.sampler, seed=args.seed,
                              db_url=store.url, n_workers=args.workers,
                              model=Path(args.model).stem, retune=args.retune,
-                             weights={k.key: t for k, t in before.kernels}, progress=not quiet)
+                             weights={k.key: t for k, t in before.kernels}, progress=not quiet,
+                             constants=constants)
     else:
         from tunesearch.search.study_storage import study_storage
         report = tune_kernels(kernels, args.device, budget, sampler=args.sampler,
                               seed=args.seed, store=store, progress=not quiet,
                               retune=args.retune, storage=_studies(study_storage, store.url),
-                              model=Path(args.model).stem)
+                              model=Path(args.model).stem, constants=constants)
     from tunesearch.cli import before_after
     from tunesearch.runtime.device import get_device
     compared = before_after.measure(model, inputs, args.repeat, store.url)

@@ -155,13 +155,29 @@ class OnnxModel:
                 out[v.name] = rng.random(v.shape) < 0.5
         return out
 
-    def schedule(self, inputs: Optional[dict[str, Any]] = None) -> list[ScheduleItem]:
-        """The scheduled kernels of the model for these inputs (arrays or shapes; default: the
-        bound input shapes), in run order. Built once per set of shapes and shared with runs."""
+    def _plan_for(self, inputs: Optional[dict[str, Any]]):
+        """The plan for these inputs (arrays or shapes; default: the bound input shapes)."""
         shapes = {v.name: tuple(v.shape) for v in self.inputs}
         for name, value in (inputs or {}).items():
             shapes[name] = tuple(np.shape(value)) if not isinstance(value, tuple) else value
-        return list(self._plan(shapes).items)
+        return self._plan(shapes)
+
+    def schedule(self, inputs: Optional[dict[str, Any]] = None) -> list[ScheduleItem]:
+        """The scheduled kernels of the model for these inputs (arrays or shapes; default: the
+        bound input shapes), in run order. Built once per set of shapes and shared with runs."""
+        return list(self._plan_for(inputs).items)
+
+    def constant_inputs(self, inputs: Optional[dict[str, Any]] = None
+                        ) -> dict[str, frozenset[int]]:
+        """Per kernel key of `schedule(inputs)`, the input buffers that hold weights (constant
+        once the plan is built), where every occurrence of the kernel has them: tuning times
+        the kernel with those operands packed ahead, as the plan runs it."""
+        plan = self._plan_for(inputs)
+        out: dict[str, frozenset[int]] = {}
+        for item, constants in zip(plan.items, plan.constant_inputs()):
+            key = item.kernel.key
+            out[key] = out[key] & constants if key in out else constants
+        return out
 
     def profile(self, inputs: Optional[dict[str, Any]] = None, repeat: int = 10) -> Profile:
         """Time whole calls, and each kernel where it runs in the sequence (after one warm-up

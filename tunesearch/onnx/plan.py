@@ -85,26 +85,38 @@ class Plan:
         kernel_run.print_schedule("model plan", [step.kernel for step in steps],
                                   sum(step.choice.tuned for step in steps))
 
-    def _prepacked(self, choices: list[realize.Choice]) -> list[dict[int, Buffer]]:
-        """Per kernel, {buffer index: its panel} for the operands its config packs that no
-        kernel writes and no call feeds (weights): packed now, so calls skip the packing."""
+    def constant_inputs(self) -> list[frozenset[int]]:
+        """Per kernel, the indices of its input buffers that no kernel writes and no call feeds
+        (the model's weights): their contents never change once the plan is built."""
         written = {id(item.out) for item in self.items}
         fed = {id(b) for b in self.input_buffers.values()}
+        return [frozenset(j + 1 for j, node in enumerate(item.inputs)
+                          if id(node) not in written and node.realized is not None
+                          and id(node.realized) not in fed)
+                for item in self.items]
+
+    def _prepacked(self, choices: list[realize.Choice]) -> list[dict[int, Buffer]]:
+        """Per kernel, {buffer index: its panel} for the constant operands its config reads
+        packed (Device.prepack_layouts): packed now, once, so calls skip the packing. The
+        occurrences of one kernel that read one weight in one layout share its panel."""
         contents: dict[int, np.ndarray] = {}
+        panels: dict[tuple, Buffer] = {}
         out = []
-        for item, choice in zip(self.items, choices):
-            panels = {}
-            for index in choice.config.get("pack", ()) if choice.config else ():
-                node = item.inputs[index - 1]
-                if id(node) in written or node.realized is None or id(node.realized) in fed:
-                    continue
-                if id(node.realized) not in contents:
-                    contents[id(node.realized)] = self.device.copyout(node.realized)
-                panel = self.device.prepack(item.kernel, choice.config, index,
-                                            contents[id(node.realized)])
-                if panel is not None:
-                    panels[index] = self.device.from_numpy(panel, node.realized.dtype)
-            out.append(panels)
+        for item, choice, constants in zip(self.items, choices, self.constant_inputs()):
+            mine = {}
+            layouts = self.device.prepack_layouts(item.kernel, choice.config, constants) \
+                if choice.config else {}
+            for index, layout in layouts.items():
+                realized = item.inputs[index - 1].realized
+                key = (id(realized), index, item.kernel.key, layout)
+                if key not in panels:
+                    if id(realized) not in contents:
+                        contents[id(realized)] = self.device.copyout(realized)
+                    panel = self.device.prepack(item.kernel, choice.config, index,
+                                                contents[id(realized)])
+                    panels[key] = self.device.from_numpy(panel, realized.dtype)
+                mine[index] = panels[key]
+            out.append(mine)
         return out
 
     def launch(self) -> None:

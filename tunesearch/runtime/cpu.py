@@ -30,7 +30,7 @@ from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo,
                                        Program, Source)
 from tunesearch.space.config import Config
 from tunesearch.space.lower_cpu import render_cpu
-from tunesearch.space.panels import pack_panel
+from tunesearch.space.panels import pack_panel, prepack_layouts
 from tunesearch.space.target import Target
 
 # the ISA flags (-march...) come from the target model: see cpu_target.compile_flags.
@@ -121,6 +121,10 @@ class CPUDevice(Device):
         name = kernel.name
         return Source(render_cpu(kernel, config, name, self.isa.vector_bytes, prepacked), name,
                       kernel.key, len(kernel.buffers))
+
+    def prepack_layouts(self, kernel: Kernel, config: Config,
+                        constants: frozenset[int]) -> dict[int, tuple[int, ...]]:
+        return prepack_layouts(kernel, config, constants)
 
     def prepack(self, kernel: Kernel, config: Config, index: int,
                 values: np.ndarray) -> np.ndarray | None:

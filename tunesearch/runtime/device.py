@@ -11,7 +11,7 @@ import itertools
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import numpy as np
 
@@ -122,7 +122,8 @@ class Device(ABC):
       clock around the call on the CPU), after the kernel finished;
     - synchronize(): wait for every launch; sequence(steps): one function that launches a
       model's programs in order (devices with a cheaper way to chain launches override it);
-    - prepack(kernel, config, index, values): a constant operand packed once (CPU), or None.
+    - prepack_layouts(kernel, config, constants) and prepack(kernel, config, index, values):
+      which constant operands a program reads packed ahead, and their panels (CPU), or none.
     """
     name: str
     # buffers are host memory that kernels address directly (the runner fences them with guard
@@ -187,6 +188,14 @@ class Device(ABC):
               prepacked: frozenset[int] = frozenset()) -> Program:
         source = self.render(kernel, config, prepacked)
         return self.load(self.compile(source), source)
+
+    def prepack_layouts(self, kernel: Kernel, config: Config, constants: frozenset[int]
+                        ) -> dict[int, Hashable]:
+        """The buffers among `constants` (buffer indices whose contents never change, a
+        model's weights) that the program of kernel under config reads prepacked, each with a
+        key of its panel's layout (configs with equal keys read the same panel): render and
+        prepack are asked for these. Empty (the default) where the device packs nothing ahead."""
+        return {}
 
     def prepack(self, kernel: Kernel, config: Config, index: int,
                 values: np.ndarray) -> np.ndarray | None:

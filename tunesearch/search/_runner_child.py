@@ -3,11 +3,11 @@
 It is started (spawned, not forked: the tuner has threads) by runner.Runner, keeps the current
 kernel's inputs on the device between trials, and answers one message at a time over a pipe:
 
-    ("setup", kernel_key, buffer_specs, inputs, fill, guard)  ->  ("ready",)
-    ("run", artifact, source, timing)                         ->  ("done", first, times,
-                                                                   violation, last_if_changed)
-                                                              or  ("error", kind, message)
-                                                              or  ("error", kind, message, RESTART)
+    ("setup", kernel_key, buffer_specs, inputs, fill, guard, kernel)  ->  ("ready",)
+    ("run", artifact, source, timing, config, layouts)  ->  ("done", first, times, violation,
+                                                              last_if_changed)
+                                                        or  ("error", kind, message)
+                                                        or  ("error", kind, message, RESTART)
 
 A reply that ends in RESTART comes from a process that has lost its device (a GPU kernel faulted
 and left its context unusable, so every later candidate would fail too): it exits after sending
@@ -20,6 +20,11 @@ inaccessible guard pages, inputs read-only, with a canary in front of the output
 (search/_guarded.py): a stray access faults, and the process dies with the candidate. Elsewhere
 `guard` is a canary written past the output's end and the inputs are compared after the first
 run (and put back). `violation` says which rule a candidate broke without faulting, or is None.
+
+`layouts` names the inputs the program reads packed ahead ({buffer index: layout key}, see
+Device.prepack_layouts), as a model's plan runs a kernel whose weights never change: the process
+packs those inputs for config (once per layout, kept while the kernel is) and passes the panels
+in their place, so a candidate is timed without the packing the plan does not do per call.
 """
 from __future__ import annotations
 
@@ -62,6 +67,7 @@ class _Session:
     """The device, the current kernel's buffers, and the programs loaded so far."""
 
     MAX_PROGRAMS = 256
+    MAX_PANELS = 8
 
     def __init__(self, device_name: str):
         from tunesearch.runtime.device import get_device
@@ -73,9 +79,13 @@ class _Session:
         self.output: GuardedArray | None = None  # the guarded output (host memory only)
         self.inputs: list[np.ndarray] = []  # what the inputs hold (checked where not sealed)
         self.programs: dict[tuple[bytes, str], object] = {}
+        self.kernel = None
+        self.values: list[np.ndarray] = []  # the inputs' values, which panels are packed from
+        self.panels: dict[tuple, object] = {}  # (buffer index, layout) -> its panel's buffer
 
-    def setup(self, buffer_specs, inputs, fill, guard) -> None:
-        self.buffers, self.output = [], None  # drop the previous kernel's buffers first
+    def setup(self, buffer_specs, inputs, fill, guard, kernel=None) -> None:
+        self.buffers, self.output, self.panels = [], None, {}  # the previous kernel's go first
+        self.kernel, self.values = kernel, list(inputs)
         out_dtype = dtypes.by_name(buffer_specs[0][1])
         self.size = buffer_specs[0][0]
         in_dtypes = [dtypes.by_name(name) for _, name in buffer_specs[1:]]
@@ -120,19 +130,40 @@ class _Session:
                 return f"wrote into its input buffer {index}"
         return None
 
-    def run(self, artifact: bytes, source, timing: Timing):
+    def _panel(self, config, index: int, layout):
+        """The buffer of input `index` packed as config reads it, made once per layout."""
+        key = (index, layout)
+        if key not in self.panels:
+            if len(self.panels) >= self.MAX_PANELS:
+                self.panels.clear()
+            dtype = self.kernel.buffers[index].dtype
+            panel = self.device.prepack(self.kernel, config, index,
+                                        np.asarray(self.values[index - 1], dtype.np).reshape(-1))
+            if self.guarded:
+                sealed = GuardedArray(panel.size, dtype.np)
+                sealed.array[...] = panel
+                sealed.read_only()
+                self.panels[key] = self._host_buffer(sealed, dtype)
+            else:
+                self.panels[key] = self.device.from_numpy(panel, dtype)
+        return self.panels[key]
+
+    def run(self, artifact: bytes, source, timing: Timing, config=None, layouts=None):
         key = (artifact, source.entry)  # one artifact may hold several entries
         program = self.programs.get(key)
         if program is None:
             if len(self.programs) >= self.MAX_PROGRAMS:
                 self.programs.clear()
             program = self.programs[key] = self.device.load(artifact, source)
-        out = self.buffers[0]
+        buffers = list(self.buffers)  # the output stays buffers[0]; panels replace inputs
+        for index, layout in (layouts or {}).items():
+            buffers[index] = self._panel(config, index, layout)
+        out = buffers[0]
         self.device.copyin(out, self.prefill)
         if self.output is not None:
             self.output.reset_canary()
         start = time.perf_counter()
-        program.run(self.buffers)
+        program.run(buffers)
         self.device.synchronize()
         cold = time.perf_counter() - start
         full = self.device.copyout(out)
@@ -143,15 +174,15 @@ class _Session:
         if timing.cutoff_s is not None and cold > timing.cutoff_s:
             # far too slow to be worth timing carefully; run once more all the same, so that an
             # output that changes from run to run shows here too
-            program.run(self.buffers)
+            program.run(buffers)
             self.device.synchronize()
             return first, [cold], self.violation(self.device.copyout(out)), self._changed(first)
         for _ in range(timing.warmup):
-            program.run(self.buffers)
+            program.run(buffers)
         times: list[float] = []
         total = 0.0
         while len(times) < timing.max_repeats:
-            elapsed = float(program.timed(self.buffers))
+            elapsed = float(program.timed(buffers))
             times.append(elapsed)
             total += elapsed
             if len(times) >= timing.min_repeats and total >= timing.min_time_s:

@@ -42,6 +42,11 @@ class Measurer(ABC):
         """Time finalists again, more carefully, before a winner is chosen."""
         return self.measure(kernel, configs)
 
+    def use_constants(self, constants: Mapping[str, frozenset[int]]) -> None:
+        """Kernel key -> the input buffers that never change where the kernel runs (a
+        model's weights, see OnnxModel.constant_inputs): measured as the plan runs them,
+        packed ahead where a config packs them. Measurers that time nothing ignore it."""
+
     def close(self) -> None:
         pass
 
@@ -99,7 +104,15 @@ class DeviceMeasurer(Measurer):
         self._kernels: OrderedDict[str, _KernelState] = OrderedDict()
         self._kernels_kept = kernels_kept
         self._results: dict[tuple[str, Config], MeasureResult] = {}
-        self._built: dict[tuple[str, Config], tuple[Source, bytes]] = {}
+        self._built: dict[tuple[str, Config], tuple[Source, bytes, dict]] = {}
+        self._constants: dict[str, frozenset[int]] = {}
+
+    def use_constants(self, constants: Mapping[str, frozenset[int]]) -> None:
+        for key, indices in constants.items():
+            if self._constants.get(key) != indices:  # built under other constants: build again
+                self._built = {k: v for k, v in self._built.items() if k[0] != key}
+                self._results = {k: v for k, v in self._results.items() if k[0] != key}
+            self._constants[key] = frozenset(indices)
 
     # ---- per kernel: inputs and reference, computed once
     def state(self, kernel: Kernel) -> _KernelState:
@@ -132,20 +145,22 @@ class DeviceMeasurer(Measurer):
         if not configs:
             return []
         missing = [c for c in configs if (kernel.key, c) not in self._built]
-        compiling = self.pool.submit(kernel, missing)
+        compiling = self.pool.submit(kernel, missing,
+                                     self._constants.get(kernel.key, frozenset()))
         state = self.state(kernel)  # the reference is computed while the compilers run
         failed: dict[Config, MeasureResult] = {}
         for config, built in zip(missing, self.pool.collect(compiling)):
             if built[0] == "ok":
-                self._built[(kernel.key, config)] = built[1:3]
+                self._built[(kernel.key, config)] = (built[1], built[2], built[4])
             else:
                 failed[config] = MeasureResult.failed(config, "compile", built[1])
         buffer_specs = [(b.size, b.dtype.name) for b in kernel.buffers]
-        self.runner.load(kernel.key, buffer_specs, state.inputs, state.fill, state.guard)
+        self.runner.load(kernel.key, buffer_specs, state.inputs, state.fill, state.guard,
+                         kernel)
         return [failed[c] if c in failed else self._run_one(state, c, final) for c in configs]
 
     def _run_one(self, state: _KernelState, config: Config, final: bool) -> MeasureResult:
-        source, artifact = self._built[(state.kernel.key, config)]
+        source, artifact, layouts = self._built[(state.kernel.key, config)]
         timing = self.final_timing if final else self.timing
         if state.best_s is None:
             timeout = self.first_timeout_s
@@ -157,7 +172,7 @@ class DeviceMeasurer(Measurer):
                 timing = replace(timing, cutoff_s=cutoff)
             timeout = self.timeout_s + timing.min_time_s + \
                 (2 + timing.warmup + timing.min_repeats) * cutoff
-        reply = self.runner.run(artifact, source, timing, timeout)
+        reply = self.runner.run(artifact, source, timing, timeout, config, layouts)
         if reply[0] == "error":
             return MeasureResult.failed(config, reply[1], reply[2])
         first, times, violation, changed = reply[1:]

@@ -2,7 +2,7 @@
 (`plan_work`) and the job each worker process is sent (`WorkerJob`), with its defaults."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from tunesearch.db.leases import DEFAULT_TTL_S, WorkItem
@@ -69,3 +69,4 @@ class WorkerJob:
     poll_s: float = POLL_S
     deadline: float | None = None  # time.time() after which no new lease is claimed
     measurer: MeasurerFactory = default_measurer
+    constants: Mapping[str, frozenset[int]] = field(default_factory=dict)  # see tune_kernels

@@ -112,13 +112,17 @@ class Runner:
             return reply[:3]
         return reply
 
-    def load(self, kernel_key: str, buffer_specs, inputs, fill, guard) -> None:
-        """The buffers of the kernel the next runs are for; sent once, kept by the process."""
-        self._setup = (kernel_key, buffer_specs, inputs, fill, guard)
+    def load(self, kernel_key: str, buffer_specs, inputs, fill, guard,
+             kernel: Kernel | None = None) -> None:
+        """The buffers of the kernel the next runs are for; sent once, kept by the process.
+        kernel: needed only for runs that read inputs packed ahead (see run)."""
+        self._setup = (kernel_key, buffer_specs, inputs, fill, guard, kernel)
 
-    def run(self, artifact: bytes, source: Source, timing: runner_child.Timing, timeout_s: float
-            ) -> tuple:
-        """One candidate: ("done", first, times, guard_ok, changed) or ("error", kind, message)."""
+    def run(self, artifact: bytes, source: Source, timing: runner_child.Timing, timeout_s: float,
+            config: Config | None = None, layouts: dict | None = None) -> tuple:
+        """One candidate: ("done", first, times, guard_ok, changed) or ("error", kind, message).
+        layouts: the inputs the program reads packed ahead (compile_candidate), which the
+        process packs from its inputs for config."""
         if self._process is None or not self._process.is_alive():
             self.kill()
             self.restarts += self._started
@@ -132,7 +136,7 @@ class Runner:
                 if reply[0] != "ready":
                     return reply
                 self._loaded = self._setup[0]
-            self._conn.send(("run", artifact, source, timing))
+            self._conn.send(("run", artifact, source, timing, config, layouts or {}))
             return self._receive(timeout_s)
         except (BrokenPipeError, OSError):
             self.kill()
@@ -169,14 +173,18 @@ def _init_compiler(registry: dict[str, str], device_name: str,
     use_for_compiling(device_name, compile_settings)  # never opens the device (a GPU context)
 
 
-def compile_candidate(device_name: str, kernel: Kernel, config: Config) -> tuple:
-    """Render and compile one config: ("ok", source, artifact, seconds) or ("compile", message)."""
+def compile_candidate(device_name: str, kernel: Kernel, config: Config,
+                      constants: frozenset[int] = frozenset()) -> tuple:
+    """Render and compile one config: ("ok", source, artifact, seconds, layouts) or ("compile",
+    message). constants: the kernel's buffers that never change where it runs (a model's
+    weights); layouts: those the program reads packed ahead, as Device.prepack_layouts."""
     from tunesearch.runtime.device import get_device
     device = get_device(device_name)
     start = time.perf_counter()
     try:
-        source = device.render(kernel, config)
-        return ("ok", source, device.compile(source), time.perf_counter() - start)
+        layouts = device.prepack_layouts(kernel, config, constants)
+        source = device.render(kernel, config, frozenset(layouts))
+        return ("ok", source, device.compile(source), time.perf_counter() - start, layouts)
     except CompileError as exc:
         return ("compile", str(exc))
     except Exception as exc:  # noqa: BLE001  (a renderer bug fails this config, not the tuner)
@@ -216,11 +224,13 @@ class CompilePool:
                           compile_settings))
         return self._pool
 
-    def submit(self, kernel: Kernel, configs: list[Config]) -> list:
+    def submit(self, kernel: Kernel, configs: list[Config],
+               constants: frozenset[int] = frozenset()) -> list:
         """Start compiling; collect() waits for the results. The caller may work meanwhile."""
         try:
             with _children_ignore_ctrl_c():  # the pool starts its processes on submit
-                return [self._executor().submit(compile_candidate, self.device_name, kernel, c)
+                return [self._executor().submit(compile_candidate, self.device_name, kernel, c,
+                                                constants)
                         for c in configs]
         except BrokenProcessPool:
             self._discard()
@@ -250,8 +260,9 @@ class CompilePool:
                     self._durations.append(out[-1][3])
         return out
 
-    def compile(self, kernel: Kernel, configs: list[Config]) -> list[tuple]:
-        return self.collect(self.submit(kernel, configs))
+    def compile(self, kernel: Kernel, configs: list[Config],
+                constants: frozenset[int] = frozenset()) -> list[tuple]:
+        return self.collect(self.submit(kernel, configs, constants))
 
     def _members(self) -> list:
         return list(getattr(self._pool, "_processes", {}).values()) if self._pool else []

@@ -131,7 +131,8 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
                 weights: Mapping[str, float] | None = None, split_share: float = SPLIT_SHARE,
                 ttl_s: float = DEFAULT_TTL_S, heartbeat_s: float | None = None,
                 db_wait_s: float = DB_WAIT_S, progress: bool = True,
-                measurer: MeasurerFactory | None = None) -> TuneReport:
+                measurer: MeasurerFactory | None = None,
+                constants: Mapping[str, frozenset[int]] | None = None) -> TuneReport:
     """Tune kernels with `n_workers` spawned processes sharing the database `db_url` (see the
     module docstring); returns the TuneReport of every unique kernel, read from the database.
 
@@ -139,7 +140,7 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
     decide the order, the trials per kernel and which kernels get a lease per worker. ttl_s is
     how long a dead worker's kernel stays locked; heartbeat_s (default ttl_s / 3) how often a
     lease is renewed. measurer(device, seed, n_workers) makes each worker's measurer (default:
-    real measurements). Raises TuneError before anything runs for a bad budget, sampler or
+    real measurements). constants: as for `tune_kernels`. Raises TuneError before anything runs for a bad budget, sampler or
     device, and when every worker stopped with an error before the work was done.
     """
     problem = budget.problem()
@@ -164,7 +165,8 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
         deadline = time.time() + budget.total_seconds if budget.total_seconds else None
         job = WorkerJob(store.url, device, tuple(kernel for kernel, _ in planned), budget,
                         sampler, seed, n_workers, ttl_s, heartbeat_s or ttl_s / 3, db_wait_s,
-                        min(POLL_S, ttl_s / 4), deadline, measurer or default_measurer)
+                        min(POLL_S, ttl_s / 4), deadline, measurer or default_measurer,
+                        dict(constants or {}))
         watch = _Watch(board, info.key, {k.key: k for k, _ in planned}, progress)
         interrupted, replies = False, {}
         processes = []

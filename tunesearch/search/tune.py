@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from tunesearch.db import (DatabaseError, DeviceRecord, KernelRecord, ResultRecord,
                            TrialRecord)
@@ -170,7 +170,8 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
                  progress: bool | Progress = True, retune: bool = False,
                  on_result: Callable[[KernelResult], None] | None = None, *,
                  measurer: Measurer | None = None, storage: str | None = None,
-                 model: str = "") -> TuneReport:
+                 model: str = "", constants: Mapping[str, frozenset[int]] | None = None
+                 ) -> TuneReport:
     """Tune every unique kernel on device; returns a TuneReport (see the module docstring).
 
     store: a tunesearch.db.Store to skip known kernels and save winners (None: save nothing).
@@ -179,6 +180,9 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
     storage: an Optuna storage URL for the studies (None: in memory).
     model: a name under which the store remembers these kernels and their occurrences, for
     `tunesearch report` to draw the model (as `run_workers` does).
+    constants: by kernel key, the input buffers that hold weights where the kernels run (see
+    OnnxModel.constant_inputs); candidates are timed with those packed ahead, as a model's plan
+    runs them, so a winner is chosen for the work the model does per call.
     Raises TuneError, with one line for the user, for an unavailable device, a zero budget or an
     unknown sampler, and DatabaseError for a store that cannot be written, before anything is
     measured. A result the store refuses later is reported with its save_error.
@@ -197,6 +201,8 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
         RichProgress() if progress else Progress()
     own_measurer = measurer is None
     measurer = measurer or DeviceMeasurer(dev, seed=seed)
+    if constants:
+        measurer.use_constants(constants)
     jobs = [_Job(kernel, n, space_for(kernel, info.target)) for kernel, n in
             unique_kernels(kernels)]
     if store is not None and model:

@@ -165,7 +165,8 @@ class _Worker:
             with beat:
                 report = tune_kernels([kernel], self.device, budget, job.sampler,
                                       job.seed + claim.slot, store=self.store, progress=counter,
-                                      retune=True, measurer=measurer, storage=self.storage)
+                                      retune=True, measurer=measurer, storage=self.storage,
+                                      constants=job.constants)
         except KeyboardInterrupt:
             if not beat.lost.is_set():
                 self._finish(claim, WAITING, counter.value, "interrupted")

@@ -58,17 +58,32 @@ class PackInfo:
         return expr
 
 
+def prepack_layouts(kernel: Kernel, config: Config, constants: frozenset[int]
+                    ) -> dict[int, tuple[int, ...]]:
+    """The buffers among `constants` (never written, never fed: a model's weights) that kernel
+    under config reads prepacked, each with the key of its panel's layout: the buffers the
+    config packs whose panel without a k tile holds at most MAX_PREPACK_ELEMENTS. A panel
+    depends only on the register block along the axes it varies on, so two configs with equal
+    keys read the same panel."""
+    out = {}
+    upcast = tuple(config.get("upcast", ()))
+    for index in config.get("pack", ()):
+        if index in constants:
+            p = PackInfo(kernel, index, upcast, 0)
+            if p.size <= MAX_PREPACK_ELEMENTS:
+                out[index] = tuple(upcast[a] for a in p.axes)
+    return out
+
+
 def pack_panel(kernel: Kernel, config: Config, index: int, values: np.ndarray
                ) -> np.ndarray | None:
     """The panel of buffer `index` (its flat values) as the kernel under config reads it
     prepacked: the layout of a pack without a k tile, zeros past the edges and outside the
     view's mask. None where the config does not pack that buffer or the panel is too large."""
-    if index not in config.get("pack", ()):
+    if index not in prepack_layouts(kernel, config, frozenset([index])):
         return None
     upcast = tuple(config.get("upcast"))
     p = PackInfo(kernel, index, upcast, 0)
-    if p.size > MAX_PREPACK_ELEMENTS:
-        return None
     n_out, view = kernel.n_out, p.view
     shape = p.blocks + p.reduce + p.lanes
     grid = np.indices(shape, sparse=True) if shape else []
