@@ -16,10 +16,9 @@ def _r(*shape, seed=0):
 def _windows_conv(x: Tensor, w: Tensor) -> Tensor:
     """A convolution over one strided view of the padded input, reduced over channel x window
     axes without merging them (the reduce axes only chain inside a panel)."""
-    from tunesearch.onnx.conv import windows
     cout, cin, kh, kw = w.shape
     outs = [x.shape[2] - kh + 3, x.shape[3] - kw + 3]
-    cols = windows(x, (kh, kw), (1, 1), (1, 1), [(1, 1), (1, 1)], outs)
+    cols = x.windows((kh, kw), (1, 1), (1, 1), [(1, 1), (1, 1)], outs)
     cols = cols.reshape(1, 1, cin, *outs, kh, kw)
     return (cols * w.reshape(1, cout, cin, 1, 1, kh, kw)).sum((2, 5, 6))
 

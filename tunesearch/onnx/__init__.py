@@ -29,7 +29,7 @@ from tunesearch.onnx.plan import Plan
 from tunesearch.onnx.registry import (OPS, ModelNotFoundError, NodeContext, NotOnnxError,
                                       OnnxImportError, UnboundDimensionError,
                                       UnsupportedOperatorError, UnsupportedTypeError,
-                                      ends_in_reduce, internal_dtype, materialize, onnx_np_dtype,
+                                      internal_dtype, onnx_np_dtype,
                                       producible)
 
 __all__ = ["load", "OnnxModel", "ValueInfo", "GraphInfo", "Profile", "OnnxImportError",

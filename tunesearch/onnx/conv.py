@@ -14,9 +14,6 @@ import math
 
 import numpy as np
 
-from tunesearch.graph import lazy
-from tunesearch.graph.schedule import realize_target
-from tunesearch.graph.view import View
 from tunesearch.onnx.registry import register
 from tunesearch.tensor import Tensor
 
@@ -56,27 +53,6 @@ def _geometry(ctx, in_sp, kernel, ceil_mode: bool = False):
     return strides, dilations, pads, outs
 
 
-def windows(x: Tensor, kernel, strides, dilations, pads, outs, value: float = 0.0) -> Tensor:
-    """The windows of x over its last len(kernel) axes: shape (..., out..., kernel...).
-
-    x is padded to exactly the extent the windows read, written to its own buffer if it is not
-    one already, and read back through one strided view: window (o, j) of an axis reads element
-    o * stride + j * dilation."""
-    n = len(kernel)
-    spatial = x.shape[-n:]
-    extent = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(outs, strides, kernel, dilations)]
-    pad = [(0, 0)] * (x.ndim - n) + [(b, e - i - b) for (b, _), e, i in zip(pads, extent, spatial)]
-    xp = x.pad(pad, value)
-    target = realize_target(xp.node) or xp.node
-    shape = xp.shape
-    step = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-    lead = list(shape[:-n])
-    view = View.make(lead + list(outs) + list(kernel),
-                     step[:-n] + [s * st for s, st in zip(strides, step[-n:])] +
-                     [d * st for d, st in zip(dilations, step[-n:])])
-    return Tensor(lazy.load(target, view))
-
-
 def _weight(ctx, w, shape) -> Tensor:
     return ctx.tensor(np.ascontiguousarray(w).reshape(shape)) if isinstance(w, np.ndarray) \
         else w.reshape(shape)
@@ -97,7 +73,7 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
         outs.append((i + b + e - d * (k - 1) - 1) // s + 1)
     if any(o <= 0 for o in outs):
         raise ctx.error(f"kernel {list(kernel)} does not fit input {list(x.shape[2:])}")
-    cols = windows(x, kernel, strides, dilations, pads, outs)
+    cols = x.windows(kernel, strides, dilations, pads, outs)
     positions, depth = math.prod(outs), cig * math.prod(kernel)
     if cig > 1 and _channels_on_lanes(rc, positions):
         out = _conv_channels_on_lanes(ctx, cols, w, batch, groups, cig, rc, outs, kernel)

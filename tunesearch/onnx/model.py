@@ -28,7 +28,7 @@ from tunesearch.onnx.files import read_model
 from tunesearch.onnx.plan import Plan
 from tunesearch.onnx.registry import (OPS, NodeContext, OnnxImportError, UnboundDimensionError,
                                       UnsupportedOperatorError, UnsupportedTypeError,
-                                      ends_in_reduce, internal_dtype, materialize, onnx_np_dtype,
+                                      internal_dtype, onnx_np_dtype,
                                       producible)
 from tunesearch.runtime.device import get_device
 from tunesearch.tensor import Tensor
@@ -264,7 +264,7 @@ class OnnxModel:
             for name, value in zip(node.output, outs):
                 if name:
                     if isinstance(value, Tensor) and self._fanout[name] > 1:
-                        value = materialize(value)
+                        value = value.materialize()
                     values[name] = value
         return inputs, [values[v.name] for v in self.proto.graph.output]
 
@@ -274,7 +274,7 @@ def _evaluate(ctx: NodeContext, args: list) -> tuple:
     spec = OPS[ctx.op]
     known = all(not isinstance(a, Tensor) for a in args)
     if spec.movement:
-        args = [materialize(a) if isinstance(a, Tensor) and ends_in_reduce(a) else a
+        args = [a.materialize() if isinstance(a, Tensor) and a.ends_in_reduce() else a
                 for a in args]
     if known and spec.host is not None:
         out = spec.host(ctx, *args)

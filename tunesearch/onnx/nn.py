@@ -7,8 +7,8 @@ from typing import Optional
 
 import numpy as np
 
-from tunesearch.onnx.conv import _geometry, windows
-from tunesearch.onnx.registry import axis_of, materialize, register
+from tunesearch.onnx.conv import _geometry
+from tunesearch.onnx.registry import axis_of, register
 from tunesearch.onnx.shape import gather_known
 from tunesearch.tensor import Tensor
 
@@ -19,7 +19,7 @@ def _pool_windows(ctx, x: Tensor, value: float):
     kernel = list(ctx.attr("kernel_shape"))
     strides, dilations, pads, outs = _geometry(ctx, x.shape[2:], kernel,
                                                bool(ctx.attr("ceil_mode", 0)))
-    return windows(x, kernel, strides, dilations, pads, outs, value), (kernel, strides,
+    return x.windows(kernel, strides, dilations, pads, outs, value), (kernel, strides,
                                                                         dilations, pads, outs)
 
 
@@ -66,7 +66,7 @@ def global_max_pool(ctx, x):
 @register("LRN")
 def lrn(ctx, x):
     """x / (bias + alpha / size * sum of squares over a window of channels) ** beta."""
-    x = materialize(ctx.tensor(x))
+    x = ctx.tensor(x).materialize()
     size = ctx.attr("size")
     alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
     channels = x.shape[1]
@@ -121,7 +121,7 @@ def _normalize(x: Tensor, axes: tuple[int, ...], eps: float):
 
 @register("InstanceNormalization")
 def instance_norm(ctx, x, scale, bias):
-    x = materialize(ctx.tensor(x))
+    x = ctx.tensor(x).materialize()
     y, _, _ = _normalize(x, tuple(range(2, x.ndim)), ctx.attr("epsilon", 1e-5))
     shape = _channel_shape(x)
     return y * ctx.tensor(scale).reshape(shape) + ctx.tensor(bias).reshape(shape)
@@ -129,7 +129,7 @@ def instance_norm(ctx, x, scale, bias):
 
 @register("LayerNormalization")
 def layer_norm(ctx, x, scale, bias=None):
-    x = materialize(ctx.tensor(x))
+    x = ctx.tensor(x).materialize()
     axis = axis_of(ctx.attr("axis", -1), x.ndim)
     y, mean, inv = _normalize(x, tuple(range(axis, x.ndim)), ctx.attr("epsilon", 1e-5))
     y = y * ctx.tensor(scale)
@@ -140,7 +140,7 @@ def layer_norm(ctx, x, scale, bias=None):
 
 @register("GroupNormalization")
 def group_norm(ctx, x, scale, bias):
-    x = materialize(ctx.tensor(x))
+    x = ctx.tensor(x).materialize()
     groups, channels = ctx.attr("num_groups"), x.shape[1]
     grouped = x.reshape(x.shape[0], groups, -1)
     y, _, _ = _normalize(grouped, (2,), ctx.attr("epsilon", 1e-5))

@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from tunesearch.onnx.registry import axis_of, materialize, node_axes, register
+from tunesearch.onnx.registry import axis_of, node_axes, register
 from tunesearch.tensor import Tensor
 
 
@@ -81,7 +81,7 @@ register("ArgMin")(_arg_reduce(False))
 
 def _softmax(log: bool):
     def run(ctx, x):
-        x = materialize(ctx.tensor(x))
+        x = ctx.tensor(x).materialize()
         if ctx.opset < 13:  # older opsets flatten to 2-D around the axis
             axis = axis_of(ctx.attr("axis", 1), x.ndim)
             flat = x.reshape(math.prod(x.shape[:axis]), -1)
@@ -98,12 +98,12 @@ register("LogSoftmax")(_softmax(True))
 
 @register("MatMul")
 def matmul(ctx, a, b):
-    return materialize(ctx.tensor(a)).matmul(materialize(ctx.tensor(b)))
+    return ctx.tensor(a).materialize().matmul(ctx.tensor(b).materialize())
 
 
 @register("Gemm")
 def gemm(ctx, a, b, c=None):
-    a, b = materialize(ctx.tensor(a)), materialize(ctx.tensor(b))
+    a, b = ctx.tensor(a).materialize(), ctx.tensor(b).materialize()
     if ctx.attr("transA", 0):
         a = a.T
     if ctx.attr("transB", 0):

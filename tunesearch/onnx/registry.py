@@ -19,9 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from tunesearch.errors import UserError
-from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import DType, dtypes
-from tunesearch.graph.schedule import fused_reduce
 from tunesearch.tensor import Tensor
 
 
@@ -154,19 +152,6 @@ def _attr_value(attr: onnx.AttributeProto):
     if isinstance(value, onnx.TensorProto):
         return numpy_helper.to_array(value)
     return value
-
-
-def materialize(t: Tensor) -> Tensor:
-    """Mark a computed value to be written to its own buffer when the model runs (lazily, unlike
-    Tensor.realize): matmuls and windows then read it instead of recomputing it per use."""
-    if t.node.op in ("load", "const", "buffer"):
-        return t
-    return Tensor(lazy.load(t.node))
-
-
-def ends_in_reduce(t: Tensor) -> bool:
-    """Whether t is a reduce, or elementwise work on one, that is not yet written anywhere."""
-    return fused_reduce(t.node) is not None
 
 
 def axis_of(axis: int, ndim: int) -> int:

@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from tunesearch.onnx.registry import axis_of, materialize, node_axes, register
+from tunesearch.onnx.registry import axis_of, node_axes, register
 from tunesearch.tensor import Tensor
 
 
@@ -181,7 +181,7 @@ def gather(ctx, data, indices):
     if isinstance(indices, np.ndarray):
         idx = np.where(indices < 0, indices + data.shape[axis], indices).astype(np.int64)
         return gather_known(data, axis, idx)
-    return gather_onehot(materialize(data), axis, indices)
+    return gather_onehot(data.materialize(), axis, indices)
 
 
 def _progression(idx: np.ndarray) -> Optional[tuple[int, int]]:
@@ -210,7 +210,7 @@ def gather_known(data: Tensor, axis: int, idx: np.ndarray) -> Tensor:
         shape = picked.shape
         widened = picked.reshape(shape[:axis + 1] + (1,) + shape[axis + 1:])
         widened = widened.expand(shape[:axis + 1] + (times,) + shape[axis + 1:])
-        return materialize(widened).reshape(out_shape)
+        return widened.materialize().reshape(out_shape)
     if len(flat) <= 32:
         pieces = [data[tuple(before + [slice(int(i), int(i) + 1)])] for i in flat]
         return Tensor.cat(pieces, dim=axis).reshape(out_shape)

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Sequence
 from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import dtypes
 from tunesearch.graph.ops import MovementOps
+from tunesearch.graph.schedule import fused_reduce, realize_target
+from tunesearch.graph.view import View
 from tunesearch.tensor._shapes import shape_arg as _shape_arg
 from tunesearch.tensor._shapes import shape_error as _err
 
@@ -121,6 +123,48 @@ class MovementMixin:
 
     def contiguous(self) -> "Tensor":
         return self.realize()
+
+    def materialize(self) -> "Tensor":
+        """This value, written to a buffer of its own when it is computed (lazily, unlike
+        realize): the kernels that read it (a matmul, windows) read that buffer instead of
+        recomputing the value for each of their reads."""
+        if self.node.op in ("load", "const", "buffer"):
+            return self
+        return type(self)(lazy.load(self.node))
+
+    def ends_in_reduce(self) -> bool:
+        """Whether this is a reduce, or elementwise work on one, not yet written anywhere: a
+        kernel that reads it would fuse that reduce inside its own."""
+        return fused_reduce(self.node) is not None
+
+    def windows(self, kernel: Sequence[int], strides: Sequence[int],
+                dilations: Sequence[int], pads: Sequence[tuple[int, int]],
+                outs: Sequence[int], value: float = 0.0) -> "Tensor":
+        """The sliding windows over the last len(kernel) axes (as torch's unfold, every axis
+        at once): shape (..., outs..., kernel...), where window (o, j) of an axis reads element
+        o * stride + j * dilation of the input padded by pads with value.
+
+        The padded input is written to a buffer of its own (unless it is one already) and read
+        back through one strided view: no copy of the windows themselves.
+
+            >>> x = Tensor(np.arange(5.0))
+            >>> x.windows([3], [1], [1], [(1, 1)], [5]).shape
+            (5, 3)
+        """
+        n = len(kernel)
+        spatial = self.shape[-n:]
+        extent = [(o - 1) * s + (k - 1) * d + 1
+                  for o, s, k, d in zip(outs, strides, kernel, dilations)]
+        pad = [(0, 0)] * (self.ndim - n) + [(b, e - i - b) for (b, _), e, i in
+                                             zip(pads, extent, spatial)]
+        padded = self.pad(pad, value)
+        target = realize_target(padded.node) or padded.node
+        shape = padded.shape
+        step = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+        view = View.make(list(shape[:-n]) + list(outs) + list(kernel),
+                         step[:-n] + [s * st for s, st in zip(strides, step[-n:])] +
+                         [d * st for d, st in zip(dilations, step[-n:])])
+        return type(self)(lazy.load(target, view))
 
     def __getitem__(self, index) -> "Tensor":
         from tunesearch.tensor.index import getitem

@@ -1,0 +1,47 @@
+"""Tensor.windows against numpy's sliding windows (strides, dilations, pads, pad value), and
+Tensor.materialize: one buffer that the kernels reading a value share."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tunesearch import Tensor
+from tunesearch.graph.schedule import create_schedule
+
+
+def _numpy_windows(x, kernel, strides, dilations, pads, outs, value):
+    n = len(kernel)
+    padded = np.pad(x, [(0, 0)] * (x.ndim - n) + list(pads), constant_values=value)
+    out = np.empty(x.shape[:-n] + tuple(outs) + tuple(kernel), x.dtype)
+    for o in np.ndindex(*outs):
+        for j in np.ndindex(*kernel):
+            index = tuple(oi * s + ji * d for oi, ji, s, d in zip(o, j, strides, dilations))
+            out[(Ellipsis,) + o + j] = padded[(Ellipsis,) + index]
+    return out
+
+
+@pytest.mark.parametrize("kernel,strides,dilations,pads,value", [
+    ((3, 3), (1, 1), (1, 1), [(1, 1), (1, 1)], 0.0),
+    ((3, 2), (2, 1), (1, 2), [(0, 1), (2, 0)], -np.inf),
+    ((1, 1), (2, 2), (1, 1), [(0, 0), (0, 0)], 0.0),
+])
+def test_windows_match_numpy(kernel, strides, dilations, pads, value):
+    x = np.random.default_rng(0).standard_normal((2, 3, 7, 6)).astype(np.float32)
+    outs = [(i + b + e - d * (k - 1) - 1) // s + 1 for i, k, s, d, (b, e) in
+            zip(x.shape[2:], kernel, strides, dilations, pads)]
+    got = Tensor(x, device="cpu").windows(kernel, strides, dilations, pads, outs, value)
+    want = _numpy_windows(x, kernel, strides, dilations, pads, outs, value)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_materialize_writes_a_value_once_for_its_readers():
+    x = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
+    y = Tensor(x, device="cpu").exp()
+    a, b = y.materialize(), y.materialize()
+    assert not y.ends_in_reduce() and Tensor(x).sum(0).ends_in_reduce()
+    # the exp is one kernel; both sums read its buffer instead of recomputing it
+    items = create_schedule([(a.sum(0)).node, (b.sum(1)).node])
+    assert len(items) == 3 and sum(i.kernel.name.startswith("E_") for i in items) == 1
+    np.testing.assert_allclose((a.sum(0) + b.sum(1)).numpy(), np.exp(x).sum(0) +
+                               np.exp(x).sum(1), rtol=1e-5)
