@@ -109,6 +109,26 @@ def test_debug3_shows_tuned_config(db, tmp_path):
     assert "tuned" in proc.stderr and "upcast=4,8" in proc.stderr, proc.stderr
 
 
+def test_a_miss_is_tuned_by_the_lookup_s_policy_only(db, monkeypatch):
+    kernel = create_schedule([matmul().node])[0].kernel
+    device = get_device("cpu")
+    calls = []
+
+    def policy(kernel, device, trials):  # stands in for a search: stores TUNED
+        calls.append(trials)
+        save(db, kernel, device, TUNED)
+
+    monkeypatch.setenv("TUNESEARCH_TUNE", "0")
+    assert not TunedConfigs.open(db.url, on_miss=policy).choose(kernel, device).tuned
+    assert calls == []  # TUNESEARCH_TUNE unset or 0: a miss stays a miss
+    monkeypatch.setenv("TUNESEARCH_TUNE", "3")
+    assert not TunedConfigs.open(db.url).choose(kernel, device).tuned  # no policy, no tuning
+    lookup = TunedConfigs.open(db.url, on_miss=policy)
+    choice = lookup.choose(kernel, device)
+    assert calls == [3] and choice.tuned and choice.config == Config.from_json(TUNED)
+    assert lookup.choose(kernel, device) is choice and calls == [3]  # answered from memory
+
+
 def test_tune_on_miss_stores_and_uses_a_config(tmp_path):
     db = f"sqlite:///{tmp_path / 'miss.db'}"
     script = ("import numpy as np; from tunesearch import Tensor; "
