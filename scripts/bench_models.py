@@ -116,12 +116,14 @@ def tune(name: str, proto, folder: Path, db: str, time_budget: float) -> float:
 
 def bench(name: str, proto, threads: int, repeat: int, db: str | None) -> dict:
     import tunesearch.onnx as tox
-    from tunesearch.runtime import realize, tuned
-    if db is not None:  # the configs tune has just stored, looked up afresh
-        tuned.use_database(db)
-    realize.clear_caches()
+    from tunesearch.runtime import realize
+    from tunesearch.runtime.lookup import TunedConfigs
+    from tunesearch.tensor.lookups import tune_on_miss
+    # the configs tune has just stored, looked up afresh (untuned: the process's, NODB=1)
+    lookup = TunedConfigs.open(db, on_miss=tune_on_miss) if db is not None else None
+    realize.clear_programs()
     start = time.perf_counter()
-    model = tox.load(proto)
+    model = tox.load(proto, lookup=lookup)
     feeds = model.random_inputs(0)
     model(feeds)
     first = time.perf_counter() - start

@@ -42,6 +42,30 @@ def test_shape_arithmetic_is_folded_and_the_plan_replayed():
     assert model.schedule()[0] is items[0]
 
 
+def test_another_lookup_chooses_the_configs_again_without_a_new_trace(tmp_path):
+    import json
+    from tests.runtime.test_tuned_lookup import save
+    from tunesearch.db import Store
+    from tunesearch.runtime.device import get_device
+    from tunesearch.runtime.lookup import TunedConfigs
+    from tunesearch.space.space import space_for
+    model = tox.load(_reshape_by_shape_model(), input_shapes={"x": (2, 3, 4)}, device="cpu",
+                     lookup=TunedConfigs.defaults())
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    want = np.maximum(x.reshape(2, -1), 0) * 2
+    np.testing.assert_allclose(model(x=x)["y"], want, rtol=1e-6)
+    assert model.profile({"x": x}, repeat=1).n_tuned == 0
+    [item] = model.schedule()
+    device = get_device("cpu")
+    with Store(f"sqlite:///{tmp_path / 'results.db'}") as store:
+        save(store, item.kernel, device,
+             json.loads(space_for(item.kernel, device.info().target).default().to_json()))
+    model.use_lookup(TunedConfigs.open(store.url))
+    np.testing.assert_allclose(model(x=x)["y"], want, rtol=1e-6)
+    assert model.profile({"x": x}, repeat=1).n_tuned == 1
+    assert model.schedule()[0] is item  # the same trace, its configs chosen again
+
+
 def test_profile_and_debug_lines(monkeypatch, capfd):
     model = tox.load(_reshape_by_shape_model(), input_shapes={"x": (2, 3, 4)}, device="cpu")
     profile = model.profile(repeat=3)

@@ -55,11 +55,11 @@ def test_exp2_and_log2_vectorize():
     import subprocess
     from tunesearch.graph.schedule import create_schedule
     from tunesearch.runtime.device import get_device
-    from tunesearch.runtime.realize import choose_config
+    from tunesearch.runtime.lookup import TunedConfigs
     device = get_device("cpu")
     x = Tensor(RNG.standard_normal(4096).astype(np.float32), device="cpu")
     kernel = create_schedule([(x.exp2() + x.abs().log2()).node])[-1].kernel
-    config = choose_config(kernel, device).config
+    config = TunedConfigs.defaults().choose(kernel, device).config
     source = device.render(kernel, config)
     assert "ts_exp2f(" in source.text and "ts_log2f(" in source.text
     if shutil.which("objdump") and platform.machine() in ("x86_64", "AMD64"):

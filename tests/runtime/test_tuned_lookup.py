@@ -11,8 +11,8 @@ import pytest
 from tunesearch import Tensor
 from tunesearch.db import DeviceRecord, KernelRecord, ResultRecord, Store
 from tunesearch.graph.schedule import create_schedule
-from tunesearch.runtime import realize, tuned
 from tunesearch.runtime.device import get_device
+from tunesearch.runtime.lookup import TunedConfigs
 from tunesearch.space.config import SPACE_VERSION, Config
 
 A = np.random.default_rng(0).standard_normal((48, 40)).astype(np.float32)
@@ -34,11 +34,8 @@ def save(store: Store, kernel, device, config: dict) -> None:
 
 @pytest.fixture
 def db(tmp_path):
-    url = f"sqlite:///{tmp_path / 'results.db'}"
-    tuned.use_database(url)
-    yield Store(url)
-    tuned.use_database(None)
-    realize.clear_caches()
+    with Store(f"sqlite:///{tmp_path / 'results.db'}") as store:
+        yield store
 
 
 TUNED = {"knobs": {"order": [1, 0], "pack": [], "parallel": 0, "split": 1, "threads": 1,
@@ -49,16 +46,20 @@ def test_stored_config_is_used(db):
     kernel = create_schedule([matmul().node])[0].kernel
     device = get_device("cpu")
     save(db, kernel, device, TUNED)
-    choice = realize.choose_config(kernel, device)
+    lookup = TunedConfigs.open(db.url)
+    choice = lookup.choose(kernel, device)
     assert choice.tuned and choice.config == Config.from_json(TUNED)
-    np.testing.assert_allclose(matmul().numpy(), A @ B, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(matmul().numpy(lookup=lookup), A @ B, rtol=1e-4, atol=1e-4)
+    # the lookup the command line's `run` makes reads the same record, read-only
+    assert TunedConfigs.for_run(db.url).choose(kernel, device) == choice
+    assert not TunedConfigs.defaults().choose(kernel, device).tuned
 
 
 def test_record_for_another_device_is_not_applied(db):
     kernel = create_schedule([matmul().node])[0].kernel
     other = get_device("reference")
     save(db, kernel, other, TUNED)
-    choice = realize.choose_config(kernel, get_device("cpu"))
+    choice = TunedConfigs.open(db.url).choose(kernel, get_device("cpu"))
     assert not choice.tuned
 
 
@@ -74,15 +75,15 @@ def test_tampered_config_falls_back_to_default(db, knobs):
     kernel = create_schedule([matmul().node])[0].kernel
     device = get_device("cpu")
     save(db, kernel, device, {"knobs": knobs})
+    lookup = TunedConfigs.open(db.url)
     with pytest.warns(UserWarning, match="ignoring the stored config"):
-        choice = realize.choose_config(kernel, device)
+        choice = lookup.choose(kernel, device)
     assert not choice.tuned
-    np.testing.assert_allclose(matmul().numpy(), A @ B, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(matmul().numpy(lookup=lookup), A @ B, rtol=1e-4, atol=1e-4)
     assert Store(db.url).lookup(kernel.key, device.info().key) is not None  # nothing dropped
 
 
 def test_unreachable_database_never_fails_a_run(tmp_path):
-    tuned.use_database(None)
     env = dict(os.environ, TUNESEARCH_DB="postgresql://nobody@127.0.0.1:1/none", DEBUG="2")
     script = ("import numpy as np; from tunesearch import Tensor; "
               "print((Tensor(np.ones((4, 4), np.float32)) @ Tensor(np.ones((4, 4), "
@@ -106,6 +107,26 @@ def test_debug3_shows_tuned_config(db, tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "tuned" in proc.stderr and "upcast=4,8" in proc.stderr, proc.stderr
+
+
+def test_a_miss_is_tuned_by_the_lookup_s_policy_only(db, monkeypatch):
+    kernel = create_schedule([matmul().node])[0].kernel
+    device = get_device("cpu")
+    calls = []
+
+    def policy(kernel, device, trials):  # stands in for a search: stores TUNED
+        calls.append(trials)
+        save(db, kernel, device, TUNED)
+
+    monkeypatch.setenv("TUNESEARCH_TUNE", "0")
+    assert not TunedConfigs.open(db.url, on_miss=policy).choose(kernel, device).tuned
+    assert calls == []  # TUNESEARCH_TUNE unset or 0: a miss stays a miss
+    monkeypatch.setenv("TUNESEARCH_TUNE", "3")
+    assert not TunedConfigs.open(db.url).choose(kernel, device).tuned  # no policy, no tuning
+    lookup = TunedConfigs.open(db.url, on_miss=policy)
+    choice = lookup.choose(kernel, device)
+    assert calls == [3] and choice.tuned and choice.config == Config.from_json(TUNED)
+    assert lookup.choose(kernel, device) is choice and calls == [3]  # answered from memory
 
 
 def test_tune_on_miss_stores_and_uses_a_config(tmp_path):

@@ -194,13 +194,14 @@ def _print_tune_table(summary: dict) -> None:
 def cmd_run(args) -> int:
     from tunesearch.cli.arguments import check_new_file
     from tunesearch.npz import read_inputs, write_outputs
-    from tunesearch.runtime import tuned
+    from tunesearch.runtime.lookup import TunedConfigs
+    from tunesearch.tensor.lookups import tune_on_miss
     if args.outputs:
         check_new_file(args.outputs, "--outputs")
     model = _load_model(args)
     inputs = read_inputs(args.inputs, model) if args.inputs else model.random_inputs(seed=0)
     # one rule for --db and TUNESEARCH_DB: a database that cannot be used is an error
-    tuned.use_database_for_run(args.db)
+    model.use_lookup(TunedConfigs.for_run(args.db, on_miss=tune_on_miss))
     profile = model.profile(inputs, repeat=args.repeat)
     outputs = model(inputs)  # after the profile's warm calls: DEBUG and GRAPH=1 show this one
     if args.outputs:

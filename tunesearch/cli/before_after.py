@@ -46,14 +46,16 @@ class Comparison:
 
 
 def profile_with(model, inputs, repeat: int, db_url: str | None, use_db: bool):
-    """Profile the model with tuned configs from db_url, or with every kernel's default."""
-    from tunesearch.runtime import realize, tuned
-    if use_db:
-        tuned.use_database(db_url)
-    else:
-        realize.set_lookup(None)
-    realize.clear_caches()
+    """Profile the model with tuned configs from db_url, or with every kernel's default: fresh
+    plans, programs and lookup, so each side looks its configs up afresh. The model keeps that
+    lookup for its later calls."""
+    from tunesearch.runtime import realize
+    from tunesearch.runtime.lookup import TunedConfigs
+    from tunesearch.tensor.lookups import tune_on_miss
+    lookup = TunedConfigs.open(db_url, on_miss=tune_on_miss) if use_db else TunedConfigs.defaults()
+    realize.clear_programs()
     model.reset_plans()
+    model.use_lookup(lookup)
     return model.profile(inputs, repeat=repeat)
 
 

@@ -8,7 +8,8 @@ A model is traced once per set of input shapes: initializers become buffers, val
 are folded on the host, and the scheduled kernels, their compiled programs and every buffer are
 kept as a plan. Each later call copies the inputs into the same input buffers and replays the same
 programs, so a call costs the kernels plus a small launch overhead per kernel (`profile` measures
-it). Kernels run with the tuned config the runtime finds for this device, else the default.
+it). Kernels run with the tuned config for this device that the model's lookup finds
+(`load(..., lookup=...)`, default: `tunesearch.tensor.default_lookup()`), else the default.
 
 Bad input raises an OnnxImportError subclass with a one-line message: ModelNotFoundError,
 NotOnnxError, ExternalDataError (external data missing, out of range or outside the model's

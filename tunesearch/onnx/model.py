@@ -31,7 +31,8 @@ from tunesearch.onnx.registry import (OPS, NodeContext, OnnxImportError, Unbound
                                       internal_dtype, onnx_np_dtype,
                                       producible)
 from tunesearch.runtime.device import get_device
-from tunesearch.tensor import Tensor
+from tunesearch.runtime.lookup import TunedConfigs
+from tunesearch.tensor import Tensor, default_lookup
 
 ONNX_DOMAINS = ("", "ai.onnx")
 MAX_ELEMENTS = 2 ** 31 - 1  # generated kernels index buffers with 32-bit ints
@@ -75,22 +76,25 @@ def supported_operators() -> list[str]:
 
 
 def load(path_or_bytes: Union[str, os.PathLike, bytes, onnx.ModelProto],
-         input_shapes: Optional[dict[str, tuple]] = None, device: Optional[str] = None
-         ) -> "OnnxModel":
+         input_shapes: Optional[dict[str, tuple]] = None, device: Optional[str] = None,
+         lookup: Optional[TunedConfigs] = None) -> "OnnxModel":
     """Load an ONNX model from a path, bytes or a ModelProto, ready to call on numpy inputs.
 
     input_shapes binds dynamic dimensions, e.g. {"input": (1, 3, 224, 224)}; device is a device
-    name (default: TUNESEARCH_DEVICE, else "cpu")."""
-    return OnnxModel(read_model(path_or_bytes), input_shapes, device)
+    name (default: TUNESEARCH_DEVICE, else "cpu"); lookup gives the tuned configs its kernels
+    run with (default: the process's, `tunesearch.tensor.default_lookup()`)."""
+    return OnnxModel(read_model(path_or_bytes), input_shapes, device, lookup)
 
 
 class OnnxModel:
-    """A loaded model: call it with numpy arrays, get {output name: array}."""
+    """A loaded model: call it with numpy arrays, get {output name: array}. Its kernels run with
+    the configs `lookup` chooses (`use_lookup` changes it)."""
 
     def __init__(self, proto: onnx.ModelProto, input_shapes: Optional[dict[str, tuple]] = None,
-                 device: Optional[str] = None):
+                 device: Optional[str] = None, lookup: Optional[TunedConfigs] = None):
         self.proto = proto
         self.device = device or settings.default_device()
+        self.lookup = default_lookup() if lookup is None else lookup
         graph = proto.graph
         self.opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), 1)
         _check_operators(graph, self.opset, self.device)
@@ -205,9 +209,14 @@ class OnnxModel:
                        statistics.median(overheads) if overheads else 0.0, kernels,
                        sum(s.choice.tuned for s in plan.steps))
 
+    def use_lookup(self, lookup: TunedConfigs) -> None:
+        """Run with the tuned configs of `lookup` from the next call on (not traced again)."""
+        self.lookup = lookup
+        for plan in self._plans.values():
+            plan.use_lookup(lookup)
+
     def reset_plans(self) -> None:
-        """Forget the traced plans: the next call traces again and looks every kernel's config
-        up again (after tuning in this process, once the runtime's config cache is cleared)."""
+        """Forget the traced plans: the next call traces again, with fresh buffers."""
         self._plans.clear()
 
     # ---- plans
@@ -235,7 +244,7 @@ class OnnxModel:
             inputs, outs = self.trace(dict(key))
             self._plans[key] = Plan(get_device(self.device), inputs, outs,
                                     [v.dtype for v in self.outputs],
-                                    [v.name for v in self.outputs])
+                                    [v.name for v in self.outputs], lookup=self.lookup)
         return self._plans[key]
 
     def trace(self, shapes: dict[str, tuple]) -> tuple[dict[str, Tensor], list[Any]]:

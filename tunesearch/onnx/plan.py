@@ -4,6 +4,9 @@ and runs the same programs in order.
 
 Intermediate buffers are recycled: a buffer whose last reader has run is handed to a later kernel
 that writes the same size, so a deep model needs a few live activations, not one per kernel.
+
+Each kernel runs with the config the plan's lookup of tuned configs chooses
+(`runtime.lookup.TunedConfigs`, given by the model).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from tunesearch.graph.schedule import create_schedule, realize_target
 from tunesearch.runtime import kernel_run, realize
 from tunesearch.runtime.device import Buffer, Device, Program
 from tunesearch.runtime.kernel_run import KernelRun
+from tunesearch.runtime.lookup import Choice, TunedConfigs
 from tunesearch.tensor import Tensor
 
 
@@ -27,17 +31,20 @@ class Step:
     program: Program
     buffers: list[Buffer]
     kernel: Kernel
-    choice: realize.Choice
+    choice: Choice
 
 
 class Plan:
     """A traced model for one set of input shapes: its kernels, programs and buffers, replayed
     per call. Built from the input tensors and the output values (Tensors, or arrays known at
-    import) of a trace; compiled and given buffers on the first run."""
+    import) of a trace; configs chosen by `lookup`, compiled and given buffers on the first
+    run."""
 
     def __init__(self, device: Device, inputs: dict[str, Tensor], outs: list[Any],
-                 out_dtypes: list[np.dtype], out_names: list[str] | None = None):
+                 out_dtypes: list[np.dtype], out_names: list[str] | None = None, *,
+                 lookup: TunedConfigs):
         self.device = device
+        self.lookup = lookup
         self.out_names = out_names or [f"#{i}" for i in range(len(outs))]
         self._shapes = {name: tuple(t.shape) for name, t in inputs.items()}
         self.input_buffers = {name: realize_target(t.node).realized for name, t in inputs.items()}
@@ -51,11 +58,18 @@ class Plan:
         self._launch = None
         self._keep = {id(r) for r in roots}
 
+    def use_lookup(self, lookup: TunedConfigs) -> None:
+        """Choose the configs with `lookup` from the next run on: the plan is prepared again
+        (configs, programs, buffers), not traced again."""
+        self.lookup = lookup
+        self.steps = []
+        self._launch = None
+
     def _prepare(self) -> None:
         """Choose configs, pack the constant operands a config packs (once, here), compile (in
         parallel), and give every kernel its buffers."""
         device, items = self.device, self.items
-        choices = [realize.choose_config(item.kernel, device) for item in items]
+        choices = [self.lookup.choose(item.kernel, device) for item in items]
         panels = self._prepacked(choices)
         compile_all(device, [(item.kernel, c.config, frozenset(p))
                              for item, c, p in zip(items, choices, panels)])
@@ -95,7 +109,7 @@ class Plan:
                           and id(node.realized) not in fed)
                 for item in self.items]
 
-    def _prepacked(self, choices: list[realize.Choice]) -> list[dict[int, Buffer]]:
+    def _prepacked(self, choices: list[Choice]) -> list[dict[int, Buffer]]:
         """Per kernel, {buffer index: its panel} for the constant operands its config reads
         packed (Device.prepack_layouts): packed now, once, so calls skip the packing. The
         occurrences of one kernel that read one weight in one layout share its panel."""

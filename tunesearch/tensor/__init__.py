@@ -10,8 +10,13 @@ op set; `.numpy()` realizes it through the runtime.
 matmul); its other ops come from mixins: `movement.py` (reshape, permute, pad, ... and cat, stack,
 split), `unary.py` (unary math), `nn.py` (convolution, pooling, normalizations); `index.py` is
 basic indexing. A bad shape, axis or argument raises `ShapeError` (from `tunesearch.errors`).
+
+Realizing runs each kernel with the config a lookup of tuned configs chooses
+(`tunesearch.runtime.lookup.TunedConfigs`): the one passed to `realize`/`numpy`, else the
+process's `default_lookup()` (`lookups.py`, which also holds the miss policy, `tune_on_miss`).
 """
 from tunesearch.errors import ShapeError
+from tunesearch.tensor.lookups import default_lookup
 from tunesearch.tensor.tensor import Tensor
 
-__all__ = ["Tensor", "ShapeError"]
+__all__ = ["Tensor", "ShapeError", "default_lookup"]

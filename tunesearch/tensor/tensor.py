@@ -22,24 +22,15 @@ from tunesearch.graph.lazy import LazyNode
 from tunesearch.graph.ops import BinaryOps, ReduceOps, UnaryOps
 from tunesearch.graph.schedule import create_schedule, realize_target
 from tunesearch.runtime.device import get_device
-from tunesearch.runtime.realize import run_schedule, set_miss_handler
+from tunesearch.runtime.lookup import TunedConfigs
+from tunesearch.runtime.realize import run_schedule
 from tunesearch.tensor._shapes import broadcast_shape as _broadcast_shape
 from tunesearch.tensor._shapes import shape_arg as _shape_arg
 from tunesearch.tensor._shapes import shape_error as _err
+from tunesearch.tensor.lookups import default_lookup
 from tunesearch.tensor.movement import MovementMixin
 from tunesearch.tensor.nn import NNMixin
 from tunesearch.tensor.unary import UnaryMixin
-
-
-def _tune_on_miss(kernel, device, trials: int) -> None:
-    """TUNESEARCH_TUNE=N: tune a kernel that has no record, store it, then run it tuned."""
-    from tunesearch.runtime.tuned import open_store
-    from tunesearch.search import Budget, tune_kernels
-    tune_kernels([kernel], device, Budget(trials=trials), store=open_store(),
-                 progress=settings.debug() >= 1)
-
-
-set_miss_handler(_tune_on_miss)
 
 
 def _as_dtype(dtype) -> DType | None:
@@ -134,18 +125,21 @@ class Tensor(MovementMixin, UnaryMixin, NNMixin):
         return Tensor(lazy.const(value, self.shape, dtype or self.dtype, self.device))
 
     # ---- realization
-    def realize(self) -> "Tensor":
+    def realize(self, lookup: TunedConfigs | None = None) -> "Tensor":
+        """Run the kernels this tensor needs, with the tuned configs of `lookup` (default: the
+        process's, `tunesearch.tensor.default_lookup()`)."""
         node = self.node
         target = realize_target(node)
         if target is not None and target.realized is not None:
             return self
-        run_schedule(create_schedule([node]))
+        run_schedule(create_schedule([node]), default_lookup() if lookup is None else lookup)
         if target is None:
             self.node = lazy.load(node)
         return self
 
-    def numpy(self) -> np.ndarray:
-        self.realize()
+    def numpy(self, lookup: TunedConfigs | None = None) -> np.ndarray:
+        """The values, realized first with the tuned configs of `lookup` (see `realize`)."""
+        self.realize(lookup)
         base = realize_target(self.node)
         buffer = base.realized
         return get_device(buffer.device).copyout(buffer).reshape(self.shape)
