@@ -24,14 +24,14 @@ the import errors), the operators by family (`elementwise.py`, `reduce.py`, `sha
 and `plan.py` (the traced kernels, buffers and programs a call replays).
 """
 from tunesearch.onnx.files import ExternalDataError, read_model
-from tunesearch.onnx.model import (MAX_ELEMENTS, ONNX_DOMAINS, GraphInfo, OnnxModel, Profile,
-                                   ValueInfo, load, supported_operators)
+from tunesearch.onnx.model import GraphInfo, OnnxModel, Profile, load, supported_operators
 from tunesearch.onnx.plan import Plan
 from tunesearch.onnx.registry import (OPS, ModelNotFoundError, NodeContext, NotOnnxError,
                                       OnnxImportError, UnboundDimensionError,
                                       UnsupportedOperatorError, UnsupportedTypeError,
                                       internal_dtype, onnx_np_dtype,
                                       producible)
+from tunesearch.onnx.signature import MAX_ELEMENTS, ONNX_DOMAINS, ValueInfo
 
 __all__ = ["load", "OnnxModel", "ValueInfo", "GraphInfo", "Profile", "OnnxImportError",
            "ModelNotFoundError", "NotOnnxError", "UnsupportedOperatorError",

@@ -2,7 +2,6 @@
 input shapes and replays the plan of kernels on each call (see the package's docstring)."""
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
@@ -26,25 +25,13 @@ import tunesearch.onnx.shape  # noqa: F401
 from tunesearch.onnx import rewrite
 from tunesearch.onnx.files import read_model
 from tunesearch.onnx.plan import Plan
-from tunesearch.onnx.registry import (OPS, NodeContext, OnnxImportError, UnboundDimensionError,
-                                      UnsupportedOperatorError, UnsupportedTypeError,
-                                      internal_dtype, onnx_np_dtype,
-                                      producible)
+from tunesearch.onnx.registry import OPS, NodeContext, OnnxImportError, internal_dtype, producible
+from tunesearch.onnx.signature import (ONNX_DOMAINS, ValueInfo, bind_inputs,
+                                       check_operators, check_types, declared_dims,
+                                       declared_shape, element_dtype)
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.lookup import TunedConfigs
 from tunesearch.tensor import Tensor, default_lookup
-
-ONNX_DOMAINS = ("", "ai.onnx")
-MAX_ELEMENTS = 2 ** 31 - 1  # generated kernels index buffers with 32-bit ints
-
-
-@dataclass(frozen=True)
-class ValueInfo:
-    """A model input or output: name, shape (None for a dimension not known) and numpy dtype."""
-    name: str
-    shape: tuple[Optional[int], ...]
-    dtype: np.dtype
-
 
 @dataclass(frozen=True)
 class GraphInfo:
@@ -97,17 +84,17 @@ class OnnxModel:
         self.lookup = default_lookup() if lookup is None else lookup
         graph = proto.graph
         self.opset = next((o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS), 1)
-        _check_operators(graph, self.opset, self.device)
+        check_operators(graph, self.opset, self.device)
         self.initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
         declared = [v for v in graph.input if v.name not in self.initializers]
-        _check_types(declared, "input", internal_dtype)
-        _check_types(graph.output, "output", producible)
-        self.inputs, symbols = _bind_inputs(declared, dict(input_shapes or {}))
+        check_types(declared, "input", internal_dtype)
+        check_types(graph.output, "output", producible)
+        self.inputs, symbols = bind_inputs(declared, dict(input_shapes or {}))
         # what a call may feed: the declared dims, None where a dim is dynamic
         self._accepts = {v.name: tuple(d if isinstance(d, int) else None
-                                       for d in (_dims(v) or [None] * len(i.shape)))
+                                       for d in (declared_dims(v) or [None] * len(i.shape)))
                          for v, i in zip(declared, self.inputs)}
-        self.outputs = [ValueInfo(v.name, _declared_shape(v, symbols), _elem_dtype(v))
+        self.outputs = [ValueInfo(v.name, declared_shape(v, symbols), element_dtype(v))
                         for v in graph.output]
         counts = Counter(n.op_type for n in graph.node)
         self.graph = GraphInfo(graph.name, proto.ir_version, self.opset, proto.producer_name,
@@ -294,110 +281,3 @@ def _evaluate(ctx: NodeContext, args: list) -> tuple:
         outs = tuple(v.numpy() if isinstance(v, Tensor) else v for v in outs)
     return tuple(v if isinstance(v, Tensor) else np.asarray(v) for v in outs)
 
-
-def _check_operators(graph: onnx.GraphProto, opset: int, device: str) -> None:
-    problems: dict[str, list[str]] = {}
-    for node in graph.node:
-        ctx = NodeContext(node, opset, device)
-        spec = OPS.get(node.op_type) if node.domain in ONNX_DOMAINS else None
-        what = None
-        if spec is None:
-            what = node.op_type if node.domain in ONNX_DOMAINS else f"{node.domain}.{node.op_type}"
-        elif spec.check is not None:
-            what = spec.check(ctx)
-        if what:
-            problems.setdefault(what, []).append(ctx.name)
-    if problems:
-        parts = [f"{what} ({'node' if len(names) == 1 else 'nodes'} "
-                 f"{', '.join(repr(n) for n in names)})" for what, names in problems.items()]
-        raise UnsupportedOperatorError(f"unsupported operators: {'; '.join(parts)}")
-
-
-def _check_types(values, role: str, accept) -> None:
-    """Inputs and outputs must be tensors of a type tunesearch computes with."""
-    problems = []
-    for v in values:
-        if not v.type.HasField("tensor_type"):
-            problems.append(f"{role} '{v.name}' is a {v.type.WhichOneof('value') or 'value'}, "
-                            "not a tensor")
-            continue
-        elem = v.type.tensor_type.elem_type
-        dtype = onnx_np_dtype(elem) if elem else np.dtype(np.float32)
-        try:
-            ok = accept(dtype) is not False
-        except TypeError:
-            ok = False
-        if not ok:
-            problems.append(f"{role} '{v.name}' has element type "
-                            f"{onnx.helper.tensor_dtype_to_string(elem).split('.')[-1]}")
-    if problems:
-        raise UnsupportedTypeError("unsupported types: " + "; ".join(problems) +
-                                   " (tunesearch computes with float, int and bool tensors)")
-
-
-def _elem_dtype(value: onnx.ValueInfoProto) -> np.dtype:
-    dtype = onnx_np_dtype(value.type.tensor_type.elem_type)
-    return dtype if dtype is not None else np.dtype(np.float32)
-
-
-def _dims(value: onnx.ValueInfoProto) -> Optional[list]:
-    """Declared dims: an int, a symbol name (str) or None; None for an unknown rank."""
-    t = value.type.tensor_type
-    if not t.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
-
-
-def _declared_shape(value: onnx.ValueInfoProto, symbols: dict[str, int]) -> tuple:
-    dims = _dims(value) or []
-    return tuple(d if isinstance(d, int) else symbols.get(d) for d in dims)
-
-
-def _bind_inputs(declared: list, given: dict[str, tuple]) -> tuple[list[ValueInfo], dict]:
-    names = [v.name for v in declared]
-    unknown = sorted(set(given) - set(names))
-    if unknown:
-        raise OnnxImportError(f"input_shapes names {unknown}, but the model's inputs are {names}")
-    symbols: dict[str, int] = {}
-    bound: dict[str, tuple[int, ...]] = {}
-    for v in declared:
-        if v.name not in given:
-            continue
-        shape, dims = tuple(int(s) for s in given[v.name]), _dims(v)
-        if dims is not None and len(dims) != len(shape):
-            raise OnnxImportError(f"input '{v.name}' has {len(dims)} dims, the given shape "
-                                  f"{shape} has {len(shape)}")
-        for i, (d, s) in enumerate(zip(dims or [None] * len(shape), shape)):
-            if isinstance(d, int) and d != s:
-                raise OnnxImportError(f"input '{v.name}' dim {i} is {d} in the model, not {s}")
-            if isinstance(d, str):
-                symbols.setdefault(d, s)
-        bound[v.name] = shape
-    out = []
-    for v in declared:
-        if v.name not in bound:
-            dims = _dims(v)
-            if dims is None:
-                raise UnboundDimensionError(f"input '{v.name}' has no declared shape; give it "
-                                            f"with input_shapes (CLI: --input-shape "
-                                            f"{v.name}=1x3x224x224)")
-            shape = []
-            for i, d in enumerate(dims):
-                value = d if isinstance(d, int) else symbols.get(d)
-                if value is None:
-                    label = f" ('{d}')" if d else ""
-                    raise UnboundDimensionError(
-                        f"input '{v.name}' has a dynamic dimension {i}{label}; give its shape "
-                        f"with input_shapes (CLI: --input-shape {v.name}=" +
-                        "x".join(str(x) if isinstance(x, int) else "N" for x in dims) + ")")
-                shape.append(value)
-            bound[v.name] = tuple(shape)
-        if any(d < 0 for d in bound[v.name]):
-            raise OnnxImportError(f"input '{v.name}' has shape {bound[v.name]}: a dimension is "
-                                  "a size, never negative")
-        if math.prod(bound[v.name]) > MAX_ELEMENTS:
-            raise OnnxImportError(f"input '{v.name}' has shape {bound[v.name]}: more than "
-                                  f"{MAX_ELEMENTS} elements, which kernels cannot index "
-                                  "(32-bit indices)")
-        out.append(ValueInfo(v.name, bound[v.name], _elem_dtype(v)))
-    return out, symbols
