@@ -8,8 +8,8 @@ package imports nothing else from tunesearch.
     with Store() as store:
         best = store.lookup(kernel_key, device_key)
 """
-from tunesearch.db._engine import default_path, default_url
-from tunesearch.db._errors import DatabaseError
+from tunesearch.db._engine import default_path, default_url, retry_while_unreachable
+from tunesearch.db._errors import DatabaseError, is_transient
 from tunesearch.db._migrations import head_revision
 from tunesearch.db.store import (
     DeviceRecord, KernelDetail, KernelRecord, ResultRecord, ResultRow, Store, TrialRecord,
@@ -17,5 +17,6 @@ from tunesearch.db.store import (
 
 __all__ = [
     "DatabaseError", "DeviceRecord", "KernelDetail", "KernelRecord", "ResultRecord", "ResultRow",
-    "Store", "TrialRecord", "default_path", "default_url", "head_revision",
+    "Store", "TrialRecord", "default_path", "default_url", "head_revision", "is_transient",
+    "retry_while_unreachable",
 ]
