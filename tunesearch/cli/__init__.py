@@ -105,7 +105,7 @@ def cmd_tune(args) -> int:
                              weights={k.key: t for k, t in before.kernels}, progress=not quiet,
                              constants=constants)
     else:
-        from tunesearch.search.study_storage import study_storage
+        from tunesearch.db import study_storage
         report = tune_kernels(kernels, args.device, budget, sampler=args.sampler,
                               seed=args.seed, store=store, progress=not quiet,
                               retune=args.retune, storage=_studies(study_storage, store.url),

@@ -3,7 +3,8 @@ policy for trying again.
 
 SQLite (the default, one file in the user's cache folder) runs in WAL mode with a busy timeout and
 foreign keys on; write transactions start with BEGIN IMMEDIATE so that two writers queue on the
-lock instead of failing halfway. PostgreSQL goes through psycopg 3.
+lock instead of failing halfway. PostgreSQL goes through psycopg 3. Engines that Optuna creates
+for its studies get the same setup (`adopt_engine`).
 
 What fails for a moment is tried again by `retry_with_backoff`, with growing, jittered pauses: a
 transaction that met lock contention, a few times (`run_transaction`); anything while the
@@ -48,6 +49,17 @@ def default_url() -> str:
     For example `TUNESEARCH_DB=postgresql://tuner@db.lan/tunesearch` shares one server.
     """
     return settings.db_url() or f"sqlite:///{default_path()}"
+
+
+def is_default(url: str | os.PathLike | None) -> bool:
+    """Whether `url` leaves the choice of database to `default_url()`: None, or empty (as an
+    empty `TUNESEARCH_DB` does)."""
+    return url is None or url == ""
+
+
+def database_url(url: str | os.PathLike | None = None) -> URL:
+    """The parsed URL of database `url`, or of the default database (see `is_default`)."""
+    return normalize_url(default_url() if is_default(url) else url)
 
 
 def normalize_url(url: str | os.PathLike) -> URL:
@@ -186,11 +198,16 @@ def backend_of(url: URL) -> Backend:
     return BACKENDS[name]
 
 
+def engine_args(url: URL, *, read_only: bool = False) -> dict:
+    """The `create_engine()` keywords for `url`: its backend's timeouts and connection options."""
+    return backend_of(url).engine_args(url, read_only)
+
+
 def open_engine(url: URL, *, read_only: bool) -> Engine:
     """Create the engine for `url` with the backend's settings; connects lazily."""
     backend = backend_of(url)
     try:
-        engine = create_engine(url, **backend.engine_args(url, read_only))
+        engine = create_engine(url, **engine_args(url, read_only=read_only))
     except ImportError as err:
         raise DatabaseError(f"cannot use database {describe(url)}: {err} (for PostgreSQL: "
                             "pip install 'tunesearch[postgres]')") from err
@@ -198,6 +215,21 @@ def open_engine(url: URL, *, read_only: bool) -> Engine:
         raise DatabaseError(f"cannot use database {describe(url)}: {err}") from err
     backend.configure(engine, read_only)
     return engine
+
+
+def adopt_engine(engine: Engine, *, every_transaction_writes: bool = False) -> None:
+    """Set up an engine that another library created (from `engine_args`: Optuna's storage) as
+    `open_engine` sets up its own, with the same connection settings and transaction starts.
+
+    `every_transaction_writes` makes each transaction take the write lock when it begins
+    (SQLite: BEGIN IMMEDIATE, and WAL from the first one), for a library whose transactions
+    read and then write: on SQLite, a transaction that must upgrade its lock while another
+    writer holds it fails at once, where one that takes the lock at BEGIN waits its turn.
+    """
+    backend_of(engine.url).configure(engine, False)
+    if every_transaction_writes:
+        engine.update_execution_options(**{WRITE_OPTION: True})
+    engine.dispose()  # connections opened before the setup was installed go
 
 
 def retry_with_backoff(action: Callable[[], T], *, retry_if: Callable[[Exception], bool],

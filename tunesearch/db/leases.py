@@ -16,12 +16,8 @@ model gets several slots: several workers add trials to its one Optuna study at 
 Times come from the database server's clock (SQLite: the local clock), so machines whose clocks
 disagree still agree on when a lease expires. Every claim is kept in `lease_claims` with how it
 ended (done, failed, released, expired, lost), for `tunesearch status` and for checking that no
-two workers held a lease at once.
-
-The Optuna studies of a database live beside its tables (`studies_url`): in a schema `optuna`
-of the same PostgreSQL database, or for SQLite in a sibling file (`results.db` ->
-`results.studies.db`), because Optuna's own `trials` and `alembic_version` tables would clash
-with tunesearch's in one SQLite file.
+two workers held a lease at once. (The Optuna studies that several workers share live beside
+the tables: `tunesearch.db.studies`.)
 """
 from __future__ import annotations
 
@@ -30,55 +26,22 @@ import socket
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from sqlalchemy import Connection, and_, func, or_, select, text, update
 from sqlalchemy import insert as plain_insert
 
-from tunesearch.db._engine import normalize_url
 from tunesearch.db._models import Device, Kernel, Lease, LeaseClaim, Result, Work
 from tunesearch.db.store import Store
 
 WAITING, RUNNING, DONE, FAILED = "waiting", "running", "done", "failed"
 STATES = (WAITING, RUNNING, DONE, FAILED)
 DEFAULT_TTL_S = 30.0
-STUDIES_SCHEMA = "optuna"  # PostgreSQL schema of the Optuna studies
 
 
 def worker_id() -> str:
     """A name for this worker that no other process anywhere shares: `host:pid:random`."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def studies_url(db_url: str | os.PathLike) -> str:
-    """The Optuna storage URL of the studies that belong to database `db_url`.
-
-    PostgreSQL: the same database with `search_path` set to the schema `optuna` (create it with
-    `ensure_studies_schema`). SQLite: the file beside it, `x.db` -> `x.studies.db`.
-    """
-    url = normalize_url(db_url)
-    if url.get_backend_name() == "sqlite":
-        database = url.database or ""
-        if database.startswith("file:") or database in ("", ":memory:"):
-            raise ValueError(f"Optuna studies need a SQLite file path, not {database!r}")
-        path = Path(database)
-        return str(url.set(database=str(path.with_name(f"{path.stem}.studies{path.suffix}"))))
-    query = dict(url.query)
-    query["options"] = f"-csearch_path={STUDIES_SCHEMA}"
-    return url.set(query=query).render_as_string(hide_password=False)
-
-
-def ensure_studies_schema(store: Store) -> None:
-    """Create the PostgreSQL schema of the studies if it is missing (SQLite: nothing to do)."""
-    if normalize_url(store.url).get_backend_name() != "postgresql":
-        return
-
-    def work(connection: Connection) -> None:
-        connection.execute(text("SELECT pg_advisory_xact_lock(7453922)"))  # one creator at once
-        connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{STUDIES_SCHEMA}"'))
-
-    store.write(work)
 
 
 # -- the database's clock, by dialect name ----------------------------------------------------

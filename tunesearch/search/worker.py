@@ -11,14 +11,15 @@ import traceback
 from dataclasses import replace
 from typing import Callable
 
-from tunesearch.db import DatabaseError, Store, is_transient, retry_while_unreachable
+from tunesearch.db import (
+    DatabaseError, Store, fail_running_trials, is_transient, retry_while_unreachable, study_storage,
+)
 from tunesearch.db.leases import DONE, FAILED, RUNNING, WAITING, Claim, LeaseBoard, worker_id
 from tunesearch.search.measure import Measurer
 from tunesearch.search.planning import WorkerJob
 from tunesearch.search.progress import Progress
 from tunesearch.search.results import TuneError
 from tunesearch.search.study import study_name
-from tunesearch.search.study_storage import _fail_running_trials, study_storage
 from tunesearch.search.tune import _device, tune_kernels
 
 MAX_ATTEMPTS = 3      # claims of one lease that end in an error before it is marked failed
@@ -129,7 +130,7 @@ class _Worker:
         if self.storage is None:
             self.storage = _retrying(job, "open the studies", lambda: study_storage(job.db_url))
         if claim.taken_over and claim.slots == 1:  # the dead worker's open trials are closed
-            _retrying(job, "close a dead worker's trials", lambda: _fail_running_trials(
+            _retrying(job, "close a dead worker's trials", lambda: fail_running_trials(
                 self.storage, study_name(kernel, claim.device_key)))
         trials = None
         if job.budget.trials is not None:  # the trials its earlier holders measured count
