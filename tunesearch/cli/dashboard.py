@@ -12,12 +12,13 @@ import sys
 
 from sqlalchemy.engine import make_url
 
-from tunesearch.db import default_url, studies_url, study_storage
+from tunesearch.db import studies_url, study_storage
 from tunesearch.errors import UsageError
 
 
 def serve_dashboard(db_url: str | None = None, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve optuna-dashboard for the studies of `db_url` until interrupted (Ctrl-C).
+    """Serve optuna-dashboard for the studies of `db_url` (None: the default database) until
+    interrupted (Ctrl-C).
 
     Without optuna-dashboard installed it raises a UsageError with the install hint.
     """
@@ -27,8 +28,8 @@ def serve_dashboard(db_url: str | None = None, host: str = "127.0.0.1", port: in
         raise UsageError("optuna-dashboard is not installed: "
                          "pip install 'tunesearch[dashboard]'") from None
 
-    storage = study_storage(db_url or default_url())
-    where = make_url(studies_url(db_url or default_url())).render_as_string(hide_password=True)
+    storage = study_storage(db_url)
+    where = make_url(studies_url(db_url)).render_as_string(hide_password=True)
     print(f"tunesearch: optuna-dashboard on http://{host}:{port}/ for the studies in {where} "
           "(Ctrl-C stops it)", file=sys.stderr)
     optuna_dashboard.run_server(storage, host=host, port=port)

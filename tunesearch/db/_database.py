@@ -18,8 +18,8 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
 from tunesearch.db._engine import (
-    backend_of, default_url, describe, is_read_only_url, normalize_url, open_engine,
-    read_only_url, run_transaction, sqlite_file,
+    backend_of, database_url, describe, is_default, is_read_only_url, open_engine, read_only_url,
+    run_transaction, sqlite_file,
 )
 from tunesearch.db._errors import DatabaseError, read_only_error
 from tunesearch.db._migrations import (
@@ -55,7 +55,7 @@ class Database:
 
     def __init__(self, url: str | os.PathLike | None = None, *, auto_upgrade: bool = True,
                  readonly: bool = False):
-        parsed = normalize_url(default_url() if url is None else url)
+        parsed = database_url(url)
         readonly = readonly or is_read_only_url(parsed)
         if readonly:
             parsed = read_only_url(parsed)
@@ -63,7 +63,7 @@ class Database:
         self.where: str = describe(parsed)  # how messages name it: file path or URL sans password
         self.readonly: bool = readonly
         self._backend = backend_of(parsed)
-        if url is None and not self.readonly:
+        if is_default(url) and not self.readonly:
             _make_default_folder(parsed)
         path = sqlite_file(parsed)
         if self.readonly and path is not None and not path.is_file():

@@ -28,7 +28,6 @@ from sqlalchemy.engine import URL, make_url
 from tunesearch import settings
 from tunesearch.db._errors import DatabaseError, is_retryable, is_transient, translate
 
-ENV_VAR = "TUNESEARCH_DB"
 BUSY_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10
 WRITE_OPTION = "tunesearch_write"  # execution option that marks a write transaction
