@@ -21,14 +21,15 @@ from sqlalchemy import create_engine, select, update
 from sqlalchemy.engine import make_url
 
 from tests.search.kernels import add
-from tunesearch.db import DatabaseError, DeviceRecord, KernelRecord, ResultRecord, Store
+from tunesearch.db import (
+    DatabaseError, DeviceRecord, KernelRecord, ResultRecord, Store, study_storage,
+)
 from tunesearch.db._engine import normalize_url
 from tunesearch.db._models import Lease
 from tunesearch.db.leases import DONE, FAILED, LeaseBoard, WorkItem
 from tunesearch.runtime.device import get_device
 from tunesearch.search import Budget, SimulatedMeasurer, tune_kernels
 from tunesearch.search.study import study_name
-from tunesearch.search.study_storage import study_storage
 from tunesearch.cli.status import print_status, status
 
 ROOT = Path(__file__).resolve().parents[2]

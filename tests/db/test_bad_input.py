@@ -102,7 +102,7 @@ def test_readonly_sqlite_refuses_writes_even_past_the_store(tmp_path, make):
         store.record(make.kernel(), make.device(), make.result(1e-3))
     with Store(path, readonly=True) as store:
         with pytest.raises(DatabaseError, match="readonly|read-only"):
-            store._read(lambda connection: connection.exec_driver_sql("DELETE FROM results"))
+            store.read(lambda connection: connection.exec_driver_sql("DELETE FROM results"))
     with Store(path) as store:
         assert store.lookup(make.kernel().key, make.device().key) is not None
 

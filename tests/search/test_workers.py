@@ -27,13 +27,12 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from tests.search.kernels import add, matmul
-from tunesearch.db import Store
+from tunesearch.db import Store, study_storage
 from tunesearch.db.leases import DONE, LeaseBoard
 from tunesearch.runtime.cpu import CPUDevice
 from tunesearch.runtime.device import DeviceInfo, get_device
 from tunesearch.search import Budget, SimulatedMeasurer
 from tunesearch.search.study import study_name
-from tunesearch.search.study_storage import study_storage
 from tunesearch.search.supervise import run_workers
 from tunesearch.space.config import Config
 

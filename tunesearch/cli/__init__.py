@@ -20,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tunesearch.cli.arguments import ArgumentParser, count, integer, seconds, SEED_LIMIT
+from tunesearch.cli.arguments import (
+    ArgumentParser, add_db_argument, count, integer, seconds, SEED_LIMIT,
+)
 from tunesearch.errors import UsageError, run_command
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -105,7 +107,7 @@ def cmd_tune(args) -> int:
                              weights={k.key: t for k, t in before.kernels}, progress=not quiet,
                              constants=constants)
     else:
-        from tunesearch.search.study_storage import study_storage
+        from tunesearch.db import study_storage
         report = tune_kernels(kernels, args.device, budget, sampler=args.sampler,
                               seed=args.seed, store=store, progress=not quiet,
                               retune=args.retune, storage=_studies(study_storage, store.url),
@@ -279,8 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("model", help="an .onnx file, or example:NAME for a bundled model")
         p.add_argument("--device", default="cpu", help="cpu, opencl, cuda (default: cpu)")
-        p.add_argument("--db", default=None, help="database URL (default: TUNESEARCH_DB, else "
-                       "a SQLite file in the cache folder)")
+        add_db_argument(p)
         p.add_argument("--input-shape", action="append", type=_shape_arg, metavar="NAME=SHAPE",
                        help="bind an input's dynamic dims, e.g. input=1x3x224x224")
         p.add_argument("--json", action="store_true", help="print a JSON summary")
@@ -315,19 +316,19 @@ def build_parser() -> argparse.ArgumentParser:
     devices.set_defaults(func=cmd_devices)
 
     report = sub.add_parser("report", help="speed-ups per device and kernel in a database")
-    report.add_argument("--db", default=None)
+    add_db_argument(report)
     report.add_argument("--plot", default=None, metavar="FILE.png",
                         help="a PNG of search convergence and speed-up per kernel")
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=cmd_report)
 
     status = sub.add_parser("status", help="kernels done, in progress and waiting per device")
-    status.add_argument("--db", default=None)
+    add_db_argument(status)
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
 
     dash = sub.add_parser("dashboard", help="optuna-dashboard on the studies in a database")
-    dash.add_argument("--db", default=None)
+    add_db_argument(dash)
     dash.add_argument("--host", default="127.0.0.1")
     dash.add_argument("--port", type=integer("--port", 1, 65535), default=8080)
     dash.set_defaults(func=cmd_dashboard)

@@ -22,6 +22,8 @@ from tunesearch.errors import EXIT_USER_ERROR, UsageError, one_line
 SEED_LIMIT = 2 ** 32  # Optuna's samplers seed numpy's RandomState, which takes 0 .. 2**32 - 1
 INT32_LIMIT = 2 ** 31
 MAX_DAYS = 1_000_000.0  # ~2700 years: more is a typo (and past what a date can hold)
+DB_HELP = ("database URL or SQLite file (default: $TUNESEARCH_DB, else tunesearch.db in the "
+           "cache folder: $TUNESEARCH_CACHE or ~/.cache/tunesearch)")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -32,6 +34,12 @@ class ArgumentParser(argparse.ArgumentParser):
         print(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)",
               file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR)
+
+
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    """The `--db URL` option that every command with a database takes, with one help text;
+    None (not given) means the default database, which `tunesearch.db` resolves."""
+    parser.add_argument("--db", metavar="URL", default=None, help=DB_HELP)
 
 
 def integer(name: str, minimum: int, maximum: int | None = None) -> Callable[[str], int]:

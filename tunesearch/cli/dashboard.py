@@ -2,9 +2,9 @@
 
     serve_dashboard("postgresql://db.lan/tunesearch", host="127.0.0.1", port=8080)
 
-The studies live beside the results (`tunesearch.search.study_storage`): one study per
-(kernel, device), named `<kernel key>@<device key>`. The server binds to loopback by default;
-optuna-dashboard has no authentication, so expose it only through something that has.
+The studies live beside the results (`tunesearch.db.studies`): one study per (kernel, device),
+named `<kernel key>@<device key>`. The server binds to loopback by default; optuna-dashboard has
+no authentication, so expose it only through something that has.
 """
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import sys
 
 from sqlalchemy.engine import make_url
 
-from tunesearch.db import default_url
-from tunesearch.db.leases import studies_url
+from tunesearch.db import studies_url, study_storage
 from tunesearch.errors import UsageError
 
 
 def serve_dashboard(db_url: str | None = None, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve optuna-dashboard for the studies of `db_url` until interrupted (Ctrl-C).
+    """Serve optuna-dashboard for the studies of `db_url` (None: the default database) until
+    interrupted (Ctrl-C).
 
     Without optuna-dashboard installed it raises a UsageError with the install hint.
     """
@@ -28,10 +28,8 @@ def serve_dashboard(db_url: str | None = None, host: str = "127.0.0.1", port: in
         raise UsageError("optuna-dashboard is not installed: "
                          "pip install 'tunesearch[dashboard]'") from None
 
-    from tunesearch.search.study_storage import study_storage
-
-    storage = study_storage(db_url or default_url())
-    where = make_url(studies_url(db_url or default_url())).render_as_string(hide_password=True)
+    storage = study_storage(db_url)
+    where = make_url(studies_url(db_url)).render_as_string(hide_password=True)
     print(f"tunesearch: optuna-dashboard on http://{host}:{port}/ for the studies in {where} "
           "(Ctrl-C stops it)", file=sys.stderr)
     optuna_dashboard.run_server(storage, host=host, port=port)

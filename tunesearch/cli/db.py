@@ -25,7 +25,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from tunesearch.cli.arguments import MAX_DAYS, ArgumentParser, integer, number
+from tunesearch.cli.arguments import MAX_DAYS, ArgumentParser, add_db_argument, integer, number
 from tunesearch.db import DatabaseError, ResultRecord, Store, head_revision
 from tunesearch.errors import run_command
 
@@ -213,9 +213,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                                       "database", description=__doc__.split("\n\n")[0])
     commands = db_parser.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
     common = ArgumentParser(add_help=False)
-    common.add_argument("--db", metavar="URL", default=None,
-                        help="database URL or SQLite file (default: $TUNESEARCH_DB, else "
-                             "~/.cache/tunesearch/tunesearch.db)")
+    add_db_argument(common)
     for name, (handler, add_arguments, summary) in COMMANDS.items():
         parser = commands.add_parser(name, parents=[common], help=summary, description=summary)
         add_arguments(parser)

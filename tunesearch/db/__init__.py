@@ -7,15 +7,26 @@ package imports nothing else from tunesearch.
     from tunesearch.db import Store
     with Store() as store:
         best = store.lookup(kernel_key, device_key)
+
+Besides the results (`store.py`, on `_database.py`'s engine and transactions): the leases that
+workers share (`leases.py`) and the Optuna studies beside the results (`studies.py`). Every
+database concern lives here, with one connection setup and one retry policy (`_engine.py`).
 """
-from tunesearch.db._engine import default_path, default_url
-from tunesearch.db._errors import DatabaseError
+from tunesearch.db._engine import (
+    default_path, default_url, retry_while_unreachable,
+)
+from tunesearch.db._errors import DatabaseError, is_transient
 from tunesearch.db._migrations import head_revision
 from tunesearch.db.store import (
     DeviceRecord, KernelDetail, KernelRecord, ResultRecord, ResultRow, Store, TrialRecord,
 )
+from tunesearch.db.studies import (
+    STUDIES_SCHEMA, ensure_studies_schema, fail_running_trials, studies_url, study_storage,
+)
 
 __all__ = [
     "DatabaseError", "DeviceRecord", "KernelDetail", "KernelRecord", "ResultRecord", "ResultRow",
-    "Store", "TrialRecord", "default_path", "default_url", "head_revision",
+    "STUDIES_SCHEMA", "Store", "TrialRecord", "default_path", "default_url",
+    "ensure_studies_schema", "fail_running_trials", "head_revision", "is_transient",
+    "retry_while_unreachable", "studies_url", "study_storage",
 ]

@@ -1,8 +1,14 @@
-"""Database URLs and engines: where the database lives and how each backend is set up.
+"""Database URLs and engines: where the database lives, how each backend is set up, and the one
+policy for trying again.
 
 SQLite (the default, one file in the user's cache folder) runs in WAL mode with a busy timeout and
 foreign keys on; write transactions start with BEGIN IMMEDIATE so that two writers queue on the
-lock instead of failing halfway. PostgreSQL goes through psycopg 3.
+lock instead of failing halfway. PostgreSQL goes through psycopg 3. Engines that Optuna creates
+for its studies get the same setup (`adopt_engine`).
+
+What fails for a moment is tried again by `retry_with_backoff`, with growing, jittered pauses: a
+transaction that met lock contention, a few times (`run_transaction`); anything while the
+database does not answer, for as long as the caller will wait (`retry_while_unreachable`).
 """
 from __future__ import annotations
 
@@ -20,13 +26,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 
 from tunesearch import settings
-from tunesearch.db._errors import DatabaseError, is_retryable, translate
+from tunesearch.db._errors import DatabaseError, is_retryable, is_transient, translate
 
-ENV_VAR = "TUNESEARCH_DB"
 BUSY_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10
 WRITE_OPTION = "tunesearch_write"  # execution option that marks a write transaction
-MAX_ATTEMPTS = 12
+MAX_ATTEMPTS = 12  # tries of a transaction that meets lock contention
+LOCKED_DELAY_S, LOCKED_MAX_DELAY_S = 0.02, 1.0  # pauses between them
+UNREACHABLE_DELAY_S, UNREACHABLE_MAX_DELAY_S = 0.25, 5.0  # pauses while the database is away
 T = TypeVar("T")
 
 
@@ -41,6 +48,17 @@ def default_url() -> str:
     For example `TUNESEARCH_DB=postgresql://tuner@db.lan/tunesearch` shares one server.
     """
     return settings.db_url() or f"sqlite:///{default_path()}"
+
+
+def is_default(url: str | os.PathLike | None) -> bool:
+    """Whether `url` leaves the choice of database to `default_url()`: None, or empty (as an
+    empty `TUNESEARCH_DB` does)."""
+    return url is None or url == ""
+
+
+def database_url(url: str | os.PathLike | None = None) -> URL:
+    """The parsed URL of database `url`, or of the default database (see `is_default`)."""
+    return normalize_url(default_url() if is_default(url) else url)
 
 
 def normalize_url(url: str | os.PathLike) -> URL:
@@ -179,11 +197,16 @@ def backend_of(url: URL) -> Backend:
     return BACKENDS[name]
 
 
+def engine_args(url: URL, *, read_only: bool = False) -> dict:
+    """The `create_engine()` keywords for `url`: its backend's timeouts and connection options."""
+    return backend_of(url).engine_args(url, read_only)
+
+
 def open_engine(url: URL, *, read_only: bool) -> Engine:
     """Create the engine for `url` with the backend's settings; connects lazily."""
     backend = backend_of(url)
     try:
-        engine = create_engine(url, **backend.engine_args(url, read_only))
+        engine = create_engine(url, **engine_args(url, read_only=read_only))
     except ImportError as err:
         raise DatabaseError(f"cannot use database {describe(url)}: {err} (for PostgreSQL: "
                             "pip install 'tunesearch[postgres]')") from err
@@ -193,25 +216,68 @@ def open_engine(url: URL, *, read_only: bool) -> Engine:
     return engine
 
 
+def adopt_engine(engine: Engine, *, every_transaction_writes: bool = False) -> None:
+    """Set up an engine that another library created (from `engine_args`: Optuna's storage) as
+    `open_engine` sets up its own, with the same connection settings and transaction starts.
+
+    `every_transaction_writes` makes each transaction take the write lock when it begins
+    (SQLite: BEGIN IMMEDIATE, and WAL from the first one), for a library whose transactions
+    read and then write: on SQLite, a transaction that must upgrade its lock while another
+    writer holds it fails at once, where one that takes the lock at BEGIN waits its turn.
+    """
+    backend_of(engine.url).configure(engine, False)
+    if every_transaction_writes:
+        engine.update_execution_options(**{WRITE_OPTION: True})
+    engine.dispose()  # connections opened before the setup was installed go
+
+
+def retry_with_backoff(action: Callable[[], T], *, retry_if: Callable[[Exception], bool],
+                       attempts: int | None = None, wait_s: float | None = None,
+                       delay_s: float = LOCKED_DELAY_S,
+                       max_delay_s: float = LOCKED_MAX_DELAY_S) -> T:
+    """`action()`, tried again while it fails with an error that `retry_if` accepts: at most
+    `attempts` tries, or until `wait_s` seconds have passed since the first one. The pause
+    between tries doubles from `delay_s` up to `max_delay_s`, each jittered (x1 to x2) so that
+    processes that retry together do not march in step. The error that ends it is raised as is.
+
+        retry_with_backoff(lambda: storage(url), retry_if=is_transient, wait_s=60.0)
+    """
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return action()
+        except Exception as err:  # noqa: BLE001  (retry_if chooses; the rest is raised again)
+            if not retry_if(err) or (attempts is not None and tries >= attempts) or \
+                    (deadline is not None and time.monotonic() >= deadline):
+                raise
+        time.sleep(delay_s * (1.0 + random.random()))
+        delay_s = min(delay_s * 2.0, max_delay_s)
+
+
+def retry_while_unreachable(action: Callable[[], T], *, wait_s: float) -> T:
+    """`action()`, tried again while the database does not answer (`is_transient`: a server
+    restarting, a lost connection) for up to `wait_s` seconds; then its last error is raised."""
+    return retry_with_backoff(action, retry_if=is_transient, wait_s=wait_s,
+                              delay_s=UNREACHABLE_DELAY_S, max_delay_s=UNREACHABLE_MAX_DELAY_S)
+
+
 def run_transaction(engine: Engine, work: Callable[[Connection], T], *, where: str,
                     write: bool = False, options: dict | None = None) -> T:
     """Run `work(connection)` in one transaction, retrying it while the database is locked.
 
     A write transaction takes the write lock up front (BEGIN IMMEDIATE on SQLite), so `work`
-    either commits whole or, after lock contention, runs again from the start. Driver errors
-    become one-line `DatabaseError`s naming `where`.
+    either commits whole or, after lock contention, runs again from the start (`MAX_ATTEMPTS`
+    tries at most). Driver errors become one-line `DatabaseError`s naming `where`.
     """
-    delay = 0.02
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        try:
-            with engine.connect() as connection:
-                connection.execution_options(**{WRITE_OPTION: write}, **(options or {}))
-                with connection.begin():
-                    return work(connection)
-        except sa_exc.DBAPIError as err:
-            if attempt < MAX_ATTEMPTS and is_retryable(err):
-                time.sleep(delay * (1.0 + random.random()))  # jitter: writers do not march
-                delay = min(delay * 2.0, 1.0)
-                continue
-            raise translate(err, where, writing=write) from err
-    raise AssertionError("unreachable")
+    def attempt() -> T:
+        with engine.connect() as connection:
+            connection.execution_options(**{WRITE_OPTION: write}, **(options or {}))
+            with connection.begin():
+                return work(connection)
+
+    try:
+        return retry_with_backoff(attempt, retry_if=is_retryable, attempts=MAX_ATTEMPTS)
+    except sa_exc.DBAPIError as err:
+        raise translate(err, where, writing=write) from err

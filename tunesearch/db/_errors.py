@@ -59,6 +59,23 @@ def is_retryable(err: BaseException) -> bool:
     return any(word in message for word in _RETRY_WORDS)
 
 
+def is_transient(err: BaseException) -> bool:
+    """True when `err`, or an error that caused it, is the database failing to answer: a
+    connection refused or lost (a server restarting), or a lock held past the busy timeout.
+    Worth a wait; broader than `is_retryable`, which is lock contention inside one transaction.
+    """
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (sa_exc.OperationalError, sa_exc.InterfaceError,
+                            sa_exc.DisconnectionError)):
+            return True
+        if type(err).__name__ == "OperationalError":  # a driver's own (psycopg, sqlite3)
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def is_read_only(err: BaseException) -> bool:
     """True when the driver refused a write because the database cannot be written."""
     message = str(getattr(err, "orig", None) or err).lower()

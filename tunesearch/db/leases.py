@@ -16,12 +16,8 @@ model gets several slots: several workers add trials to its one Optuna study at 
 Times come from the database server's clock (SQLite: the local clock), so machines whose clocks
 disagree still agree on when a lease expires. Every claim is kept in `lease_claims` with how it
 ended (done, failed, released, expired, lost), for `tunesearch status` and for checking that no
-two workers held a lease at once.
-
-The Optuna studies of a database live beside its tables (`studies_url`): in a schema `optuna`
-of the same PostgreSQL database, or for SQLite in a sibling file (`results.db` ->
-`results.studies.db`), because Optuna's own `trials` and `alembic_version` tables would clash
-with tunesearch's in one SQLite file.
+two workers held a lease at once. (The Optuna studies that several workers share live beside
+the tables: `tunesearch.db.studies`.)
 """
 from __future__ import annotations
 
@@ -30,55 +26,22 @@ import socket
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from sqlalchemy import Connection, and_, func, or_, select, text, update
 from sqlalchemy import insert as plain_insert
 
-from tunesearch.db._engine import normalize_url
 from tunesearch.db._models import Device, Kernel, Lease, LeaseClaim, Result, Work
 from tunesearch.db.store import Store
 
 WAITING, RUNNING, DONE, FAILED = "waiting", "running", "done", "failed"
 STATES = (WAITING, RUNNING, DONE, FAILED)
 DEFAULT_TTL_S = 30.0
-STUDIES_SCHEMA = "optuna"  # PostgreSQL schema of the Optuna studies
 
 
 def worker_id() -> str:
     """A name for this worker that no other process anywhere shares: `host:pid:random`."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def studies_url(db_url: str | os.PathLike) -> str:
-    """The Optuna storage URL of the studies that belong to database `db_url`.
-
-    PostgreSQL: the same database with `search_path` set to the schema `optuna` (create it with
-    `ensure_studies_schema`). SQLite: the file beside it, `x.db` -> `x.studies.db`.
-    """
-    url = normalize_url(db_url)
-    if url.get_backend_name() == "sqlite":
-        database = url.database or ""
-        if database.startswith("file:") or database in ("", ":memory:"):
-            raise ValueError(f"Optuna studies need a SQLite file path, not {database!r}")
-        path = Path(database)
-        return str(url.set(database=str(path.with_name(f"{path.stem}.studies{path.suffix}"))))
-    query = dict(url.query)
-    query["options"] = f"-csearch_path={STUDIES_SCHEMA}"
-    return url.set(query=query).render_as_string(hide_password=False)
-
-
-def ensure_studies_schema(store: Store) -> None:
-    """Create the PostgreSQL schema of the studies if it is missing (SQLite: nothing to do)."""
-    if normalize_url(store.url).get_backend_name() != "postgresql":
-        return
-
-    def work(connection: Connection) -> None:
-        connection.execute(text("SELECT pg_advisory_xact_lock(7453922)"))  # one creator at once
-        connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{STUDIES_SCHEMA}"'))
-
-    store._write(work)
 
 
 # -- the database's clock, by dialect name ----------------------------------------------------
@@ -204,7 +167,7 @@ class LeaseBoard:
         with a result for the device is done, unless `retune` (which reopens done and failed
         leases: pass it on one machine only, or joining machines reopen each other's work).
         """
-        insert = self.store._backend.insert
+        insert = self.store.insert
 
         def work(connection: Connection) -> int:
             now = database_now(connection)
@@ -237,7 +200,7 @@ class LeaseBoard:
                 Lease.device_key == device_key, Lease.state.in_((WAITING, RUNNING)),
                 Lease.kernel_key.in_([item.kernel_key for item in items]))).scalar_one()
 
-        return self.store._write(work)
+        return self.store.write(work)
 
     @staticmethod
     def _tuned(connection: Connection, device_key: str, kernel_keys: list[str]) -> set[str]:
@@ -282,7 +245,7 @@ class LeaseBoard:
                          worker, row.trials, row.budget, row.claims + 1, taken_over,
                          now + self.ttl)
 
-        return self.store._write(work)
+        return self.store.write(work)
 
     def renew(self, claim: Claim, trials: int) -> bool:
         """Extend the lease by the TTL and record the trials so far; False if it was lost (it
@@ -295,7 +258,7 @@ class LeaseBoard:
                 .values(heartbeat=now, expires_at=now + self.ttl, trials=trials, updated=now)
             ).rowcount == 1
 
-        return self.store._write(work)
+        return self.store.write(work)
 
     def finish(self, claim: Claim, state: str, *, trials: int, message: str = "") -> bool:
         """End a claim: DONE (a result is stored), FAILED (no config ran; not claimed again), or
@@ -318,14 +281,14 @@ class LeaseBoard:
                         trials=trials))
             return ended
 
-        return self.store._write(work)
+        return self.store.write(work)
 
     def pending(self, device_key: str, kernel_keys: Iterable[str]) -> int:
         """How many leases of these kernels on this device are waiting or running."""
         stmt = select(func.count()).select_from(Lease).where(
             Lease.device_key == device_key, Lease.kernel_key.in_(list(kernel_keys)),
             Lease.state.in_((WAITING, RUNNING)))
-        return self.store._read(lambda connection: connection.execute(stmt).scalar_one())
+        return self.store.read(lambda connection: connection.execute(stmt).scalar_one())
 
     def leases(self, device_key: str | None = None) -> tuple[datetime, list[LeaseRow]]:
         """Every lease (of one device, if given) with the models that registered its kernel,
@@ -349,11 +312,11 @@ class LeaseBoard:
                 and lease.expires_at < now) for lease in connection.execute(stmt)]
             return now, rows
 
-        return self.store._read(work)
+        return self.store.read(work)
 
     def device_names(self) -> dict[str, str]:
         """The name of every device key that has been seen (recorded a result)."""
-        rows = self.store._read(lambda connection: connection.execute(
+        rows = self.store.read(lambda connection: connection.execute(
             select(Device.key, Device.name)).all())
         return dict(rows)
 
@@ -366,7 +329,7 @@ class LeaseBoard:
                 .order_by(Lease.id, LeaseClaim.claimed_at, LeaseClaim.id))
         if device_key is not None:
             stmt = stmt.where(Lease.device_key == device_key)
-        rows = self.store._read(lambda connection: connection.execute(stmt).all())
+        rows = self.store.read(lambda connection: connection.execute(stmt).all())
         return [ClaimRow(*row) for row in rows]
 
 
@@ -383,19 +346,19 @@ def _insert_work(connection: Connection, insert, now: datetime, model: str, devi
 def register_model(store: Store, model: str, device_key: str, items: Sequence[WorkItem]) -> None:
     """Record which kernels `model` runs on `device_key`, and how often, without leases: a run
     that tunes them in its own process needs none. `tunesearch report` draws a model from this."""
-    insert = store._backend.insert
+    insert = store.insert
 
     def work(connection: Connection) -> None:
         now = database_now(connection)
         for item in items:
             _insert_work(connection, insert, now, model, device_key, item)
 
-    store._write(work)
+    store.write(work)
 
 
 def model_kernels(store: Store) -> list[ModelKernel]:
     """Every (model, device, kernel) a tuning run registered, in the order they were registered."""
     stmt = select(Work.model, Work.device_key, Work.kernel_key, Work.kernel_name,
                   Work.occurrences).order_by(Work.id)
-    rows = store._read(lambda connection: connection.execute(stmt).all())
+    rows = store.read(lambda connection: connection.execute(stmt).all())
     return [ModelKernel(*row) for row in rows]

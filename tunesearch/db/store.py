@@ -41,155 +41,33 @@ import os
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import Sequence
 
 from sqlalchemy import Connection, delete, func, or_, select
-from sqlalchemy.engine import URL
 
 from tunesearch.db import _exchange, _queries
-from tunesearch.db._engine import (
-    backend_of, default_url, describe, is_read_only_url, normalize_url, open_engine,
-    read_only_url, run_transaction, sqlite_file,
-)
-from tunesearch.db._errors import DatabaseError, read_only_error
-from tunesearch.db._migrations import (
-    SchemaState, head_revision, inspect_schema, refusal, upgrade_in_transaction,
-)
+from tunesearch.db._database import Database
+from tunesearch.db._errors import DatabaseError
 from tunesearch.db._models import Device, Kernel, Result, Trial
 from tunesearch.db._records import (
     DeviceRecord, KernelDetail, KernelRecord, ResultRecord, ResultRow, TrialRecord, check_time,
 )
-
-T = TypeVar("T")
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _make_default_folder(url: URL) -> None:
-    """The default SQLite file lives in a cache folder that may not exist yet."""
-    database = url.database or ""
-    if url.get_backend_name() != "sqlite" or not database or database.startswith(("file:", ":")):
-        return
-    folder = Path(database).parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise DatabaseError(f"cannot create the folder {folder} for database {database}: "
-                            f"{err.strerror or err}") from err
-
-
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-class Store:
+class Store(Database):
     """Tuning results in one database, given by a SQLAlchemy URL or a SQLite file path.
 
-    `readonly=True` opens it for lookups only (a SQLite file with `PRAGMA query_only`, never
-    creating it; PostgreSQL in read-only transactions); so does a URL like
-    `sqlite:///file:/x.db?mode=ro&uri=true`. A read-only store writes nothing, not even a schema:
-    an empty, missing or older database is refused with one line.
+    Opening it (the default database for None, `readonly=True` for lookups only), its schema and
+    its transactions are `Database`'s (`_database.py`); this class holds what is stored.
     """
-
-    def __init__(self, url: str | os.PathLike | None = None, *, auto_upgrade: bool = True,
-                 readonly: bool = False):
-        parsed = normalize_url(default_url() if url is None else url)
-        readonly = readonly or is_read_only_url(parsed)
-        if readonly:
-            parsed = read_only_url(parsed)
-        self.url: str = parsed.render_as_string(hide_password=False)
-        self.where: str = describe(parsed)  # how messages name it: file path or URL sans password
-        self.readonly: bool = readonly
-        self._backend = backend_of(parsed)
-        if url is None and not self.readonly:
-            _make_default_folder(parsed)
-        path = sqlite_file(parsed)
-        if self.readonly and path is not None and not path.is_file():
-            raise DatabaseError(f"cannot open database {self.where}: "
-                                f"{'not a file' if path.exists() else 'no such file'}")
-        self._engine = open_engine(parsed, read_only=self.readonly)
-        self._pid = os.getpid()
-        self._write_refusal: DatabaseError | None = None
-        try:
-            self.revision_before, self.revision = self._open_schema(auto_upgrade)
-        except BaseException:
-            self._engine.dispose()
-            raise
-
-    def __repr__(self) -> str:
-        return f"Store({self.where!r})"
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the pooled connections (a later call opens new ones)."""
-        self._engine.dispose()
-
-    # -- transactions ----------------------------------------------------------------------
-
-    def _engine_for_this_process(self):
-        if self._pid != os.getpid():
-            # A forked child must not share the parent's pooled connections (nor close them).
-            self._engine.dispose(close=False)
-            self._pid = os.getpid()
-        return self._engine
-
-    def _read(self, work: Callable[[Connection], T], options: dict | None = None) -> T:
-        return run_transaction(self._engine_for_this_process(), work, where=self.where,
-                               options=options)
-
-    def _check_writable(self) -> None:
-        if self.readonly:
-            raise read_only_error(self.where)
-        if self._write_refusal is not None:
-            raise self._write_refusal
-
-    def _write(self, work: Callable[[Connection], T]) -> T:
-        self._check_writable()
-        return run_transaction(self._engine_for_this_process(), work, where=self.where,
-                               write=True)
-
-    def _open_schema(self, auto_upgrade: bool) -> tuple[str | None, str | None]:
-        """Check the schema revision, creating or upgrading it when allowed."""
-        schema = self._read(inspect_schema)
-        # a server database may be half-way through its creation by another process: look
-        # again under the schema lock before refusing it (a file is refused untouched)
-        if schema.state is SchemaState.FOREIGN and (self.readonly or
-                                                    not str(self.url).startswith("postgresql")):
-            raise refusal(schema, self.where)
-        if schema.state is SchemaState.NEWER:
-            self._write_refusal = refusal(schema, self.where)
-            return schema.revision, schema.revision
-        if schema.state is SchemaState.CURRENT:
-            return schema.revision, schema.revision
-        if self.readonly and schema.revision is None:
-            raise DatabaseError(f"database {self.where} is empty: it holds no tunesearch results "
-                                "(opened read-only, so nothing was written)")
-        if self.readonly:
-            raise DatabaseError(f"database {self.where} is at revision {schema.revision}, older "
-                                f"than {head_revision()}, and opened read-only: run `tunesearch "
-                                "db upgrade` once")
-        if schema.state is SchemaState.OLD and not auto_upgrade:
-            raise DatabaseError(f"database {self.where} is at revision {schema.revision}, older "
-                                f"than {head_revision()}: run `tunesearch db upgrade`")
-
-        def upgrade(connection: Connection) -> str | None:
-            self._backend.lock_schema(connection)
-            # again under the lock: another process may have created the schema meanwhile
-            locked = inspect_schema(connection)
-            if locked.state is SchemaState.FOREIGN:
-                raise refusal(locked, self.where)
-            if locked.state is SchemaState.CURRENT:
-                return locked.revision
-            return upgrade_in_transaction(connection, self.where)
-
-        return self._write(upgrade), head_revision()
 
     # -- the best result per (kernel, device) ----------------------------------------------
 
@@ -199,7 +77,7 @@ class Store:
                 .join(Kernel, Kernel.id == Result.kernel_id)
                 .join(Device, Device.id == Result.device_id)
                 .where(Kernel.key == kernel_key, Device.key == device_key))
-        row = self._read(lambda connection: connection.execute(stmt).first())
+        row = self.read(lambda connection: connection.execute(stmt).first())
         return None if row is None else _queries.result_from_row(row)
 
     def has_result(self, kernel_key: str, device_key: str) -> bool:
@@ -209,7 +87,7 @@ class Store:
                 .join(Kernel, Kernel.id == Result.kernel_id)
                 .join(Device, Device.id == Result.device_id)
                 .where(Kernel.key == kernel_key, Device.key == device_key))
-        return self._read(lambda connection: connection.execute(stmt).first()) is not None
+        return self.read(lambda connection: connection.execute(stmt).first()) is not None
 
     def record(self, kernel: KernelRecord, device: DeviceRecord, result: ResultRecord,
                trials: Sequence[TrialRecord] = (), *, supersede: bool = False) -> bool:
@@ -224,7 +102,7 @@ class Store:
         for trial in trials:
             check_time(trial.time_s, f"trial {trial.number} time_s", optional=True)
         now = _now()
-        insert = self._backend.insert
+        insert = self.insert
 
         def work(connection: Connection) -> bool:
             kernel_id = _queries.upsert_kernel(connection, insert, kernel)
@@ -235,7 +113,7 @@ class Store:
                                 [(t, t.created or now) for t in trials])
             return stored
 
-        return self._write(work)
+        return self.write(work)
 
     def trials(self, kernel_key: str, device_key: str) -> list[TrialRecord]:
         """The trial history of a kernel on a device, in trial-number order, each with the time
@@ -245,23 +123,23 @@ class Store:
                 .join(Device, Device.id == Trial.device_id)
                 .where(Kernel.key == kernel_key, Device.key == device_key)
                 .order_by(Trial.number, Trial.id))
-        rows = self._read(lambda connection: connection.execute(stmt).all())
+        rows = self.read(lambda connection: connection.execute(stmt).all())
         return [trial for trial in map(_queries.trial_from_row, rows) if trial is not None]
 
     def touch_device(self, device: DeviceRecord) -> None:
         """Record that this device was seen now (so `prune --unseen-days` keeps it)."""
         now = _now()
-        self._write(lambda connection: _queries.upsert_device(
-            connection, self._backend.insert, device, now, now))
+        self.write(lambda connection: _queries.upsert_device(
+            connection, self.insert, device, now, now))
 
     # -- sharing ---------------------------------------------------------------------------
 
     def _snapshot(self) -> dict:
-        return self._read(_exchange.snapshot, options=self._backend.snapshot_options)
+        return self.read(_exchange.snapshot, options=self._backend.snapshot_options)
 
     def _absorb(self, exchange: _exchange.Exchange) -> int:
         """Write a validated document in one transaction; returns the results that won."""
-        insert = self._backend.insert
+        insert = self.insert
 
         def work(connection: Connection) -> int:
             kernel_ids = {kernel.key: _queries.upsert_kernel(connection, insert, kernel)
@@ -280,7 +158,7 @@ class Store:
                                     skip_known=True)
             return stored
 
-        return self._write(work)
+        return self.write(work)
 
     def export(self, path: str | os.PathLike) -> int:
         """Write every kernel, device, result and trial to a JSON file; returns the results."""
@@ -334,7 +212,7 @@ class Store:
                 .order_by(Kernel.name, Kernel.key, Device.name, Device.key))
         if device_key is not None:
             stmt = stmt.where(Device.key == device_key)
-        rows = self._read(lambda connection: connection.execute(stmt).all())
+        rows = self.read(lambda connection: connection.execute(stmt).all())
         return [ResultRow(row.kernel_key, row.kernel_name, row.device_key, row.device_name,
                           row.backend, result)
                 for row in rows if (result := _queries.result_from_row(row)) is not None]
@@ -352,7 +230,7 @@ class Store:
                 .join(Device, Device.id == Result.device_id)
                 .where(Device.key == device_key, Kernel.ops == kernel.ops,
                        Kernel.key != kernel.key))
-        rows = self._read(lambda connection: connection.execute(stmt).all())
+        rows = self.read(lambda connection: connection.execute(stmt).all())
 
         def distance(shapes: str) -> float:
             return sum(abs(math.log(max(int(a), 1) / max(int(b), 1)))
@@ -390,7 +268,7 @@ class Store:
                                             trial_count))
             return details
 
-        return self._read(work)
+        return self.read(work)
 
     def stats(self) -> dict:
         """Counts of kernels, devices, results and trials, and where the database is."""
@@ -404,7 +282,7 @@ class Store:
             return {"database": self.where, "revision": self.revision, **counts,
                     "results_by_backend": by_backend}
 
-        return self._read(work, options=self._backend.snapshot_options)
+        return self.read(work, options=self._backend.snapshot_options)
 
     def prune(self, *, space_version_below: int | None = None,
               devices_unseen_days: float | None = None) -> int:
@@ -448,4 +326,4 @@ class Store:
                 connection.execute(delete(Device).where(Device.id.in_(gone_devices)))
             return removed
 
-        return self._write(work)
+        return self.write(work)

@@ -8,7 +8,8 @@ measure.py measures candidates (compiled in parallel, run in an isolated process
 against the numpy reference, timed robustly); study.py searches one kernel; samplers.py holds the
 samplers by name; tune.py tunes a list of kernels, shares the budget out and writes the store.
 supervise.py tunes with several worker processes into one database (planning.py plans their
-leases, worker.py is one worker's loop, study_storage.py holds the Optuna studies).
+leases, worker.py is one worker's loop; the leases and the Optuna studies' storage are
+`tunesearch.db`'s).
 
 The names below are imported on first use: the compiler and runner processes import this
 package too, and they need none of Optuna, SQLAlchemy or rich.

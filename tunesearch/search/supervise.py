@@ -8,10 +8,10 @@ The kernels are registered as leases in the database (`tunesearch.db.leases`), t
 are spawned; each claims the heaviest kernel nobody holds, tunes it with `tune_kernels`
 (renewing its lease from a background thread), marks it done, and takes the next, until no
 kernel is waiting or running. The same call on another machine with the same device key joins
-the same work. The Optuna studies live beside the database (`study_storage`), so a worker that
-takes over the kernel of a dead worker (its lease expired) continues that study from the trials
-already stored, and a kernel that dominates the model (more than `split_share` of its time) gets
-one lease per worker, all adding trials to its one study.
+the same work. The Optuna studies live beside the database (`tunesearch.db.study_storage`), so
+a worker that takes over the kernel of a dead worker (its lease expired) continues that study
+from the trials already stored, and a kernel that dominates the model (more than `split_share`
+of its time) gets one lease per worker, all adding trials to its one study.
 
 When the database goes away (a server restart), workers retry for `db_wait_s` and go on, or
 stop with one clear line; what was committed stays, and a lease released or left to expire is
@@ -19,7 +19,7 @@ taken up again. Workers on one machine share its cores: their timings are noisie
 tuner's, so give each worker a core or two.
 
 planning.py plans the leases and the job sent to each worker; worker.py is one worker's loop;
-study_storage.py says where the studies live.
+`tunesearch.db.studies` says where the studies live.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import Iterable, Mapping
 
 from rich.console import Console
 
-from tunesearch.db import DatabaseError, Store
+from tunesearch.db import DatabaseError, Store, study_storage
 from tunesearch.db.leases import DEFAULT_TTL_S, DONE, FAILED, RUNNING, LeaseBoard
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Device
@@ -40,7 +40,6 @@ from tunesearch.search.planning import (
 from tunesearch.search.progress import describe
 from tunesearch.search.results import Budget, KernelResult, TuneError, TuneReport
 from tunesearch.search.samplers import DEFAULT_SAMPLER, SAMPLERS
-from tunesearch.search.study_storage import study_storage
 from tunesearch.search.tune import _device
 from tunesearch.search.worker import WorkerError, _worker_main
 from tunesearch.space.config import Config, ConfigError

@@ -1,5 +1,6 @@
 """One worker process: its loop (claim a lease, tune its kernel, finish it, take the next), the
-heartbeat that renews the lease meanwhile, and the retries while the database is unreachable."""
+heartbeat that renews the lease meanwhile, and what it does while the database is unreachable
+(waits up to `db_wait_s`, with the retry policy of `tunesearch.db`)."""
 from __future__ import annotations
 
 import _thread
@@ -10,16 +11,15 @@ import traceback
 from dataclasses import replace
 from typing import Callable
 
-from sqlalchemy import exc as sa_exc
-
-from tunesearch.db import DatabaseError, Store
+from tunesearch.db import (
+    DatabaseError, Store, fail_running_trials, is_transient, retry_while_unreachable, study_storage,
+)
 from tunesearch.db.leases import DONE, FAILED, RUNNING, WAITING, Claim, LeaseBoard, worker_id
 from tunesearch.search.measure import Measurer
 from tunesearch.search.planning import WorkerJob
 from tunesearch.search.progress import Progress
 from tunesearch.search.results import TuneError
 from tunesearch.search.study import study_name
-from tunesearch.search.study_storage import _fail_running_trials, study_storage
 from tunesearch.search.tune import _device, tune_kernels
 
 MAX_ATTEMPTS = 3      # claims of one lease that end in an error before it is marked failed
@@ -29,34 +29,15 @@ class WorkerError(TuneError):
     """A worker cannot go on (the database stayed unreachable); the message is one line."""
 
 
-def _transient(err: BaseException) -> bool:
-    """True when err (or what caused it) is the database connection failing: worth a wait."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, (sa_exc.OperationalError, sa_exc.InterfaceError,
-                            sa_exc.DisconnectionError)):
-            return True
-        if type(err).__name__ == "OperationalError":  # a driver's own (psycopg, sqlite3)
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
 def _retrying(job: WorkerJob, what: str, action: Callable):
-    """action(), retried with backoff while the database is unreachable, for db_wait_s."""
-    deadline, delay = time.monotonic() + job.db_wait_s, 0.25
-    while True:
-        try:
-            return action()
-        except Exception as err:  # noqa: BLE001  (only connection failures are retried)
-            if not _transient(err):
-                raise
-            if time.monotonic() >= deadline:
-                raise WorkerError(f"cannot {what}: the database did not answer for "
-                                  f"{job.db_wait_s:.0f} s ({str(err).splitlines()[0]})") from err
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    """action(), retried while the database is unreachable, for db_wait_s; then a WorkerError."""
+    try:
+        return retry_while_unreachable(action, wait_s=job.db_wait_s)
+    except Exception as err:  # noqa: BLE001  (only connection failures were retried)
+        if not is_transient(err):
+            raise
+        raise WorkerError(f"cannot {what}: the database did not answer for "
+                          f"{job.db_wait_s:.0f} s ({str(err).splitlines()[0]})") from err
 
 
 class _TrialCounter(Progress):
@@ -149,7 +130,7 @@ class _Worker:
         if self.storage is None:
             self.storage = _retrying(job, "open the studies", lambda: study_storage(job.db_url))
         if claim.taken_over and claim.slots == 1:  # the dead worker's open trials are closed
-            _retrying(job, "close a dead worker's trials", lambda: _fail_running_trials(
+            _retrying(job, "close a dead worker's trials", lambda: fail_running_trials(
                 self.storage, study_name(kernel, claim.device_key)))
         trials = None
         if job.budget.trials is not None:  # the trials its earlier holders measured count
@@ -177,7 +158,7 @@ class _Worker:
             raise
         except Exception as err:  # noqa: BLE001  (failures are data: the lease records them)
             message = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-            if _transient(err):
+            if is_transient(err):
                 self.storage = None  # a fresh connection pool once the database is back
                 return self._retry_later(claim, counter.value, message)
             traceback.print_exc(file=sys.stderr)
