@@ -40,7 +40,7 @@ from tunesearch.runtime.device import (DeviceLost, DeviceUnavailable, Source,  #
                                        get_device)
 from tunesearch.runtime.interpret import run_kernel  # noqa: E402
 from tunesearch.space.config import Config  # noqa: E402
-from tunesearch.space.lower_gpu import render_gpu  # noqa: E402
+from tunesearch.runtime.render.gpu import render_gpu  # noqa: E402
 from tunesearch.space.space import space_for  # noqa: E402
 
 

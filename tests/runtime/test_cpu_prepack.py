@@ -11,7 +11,7 @@ from tests.conformance import k_tiled_configs, output_error, sample_configs, tol
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.interpret import run_kernel
 from tunesearch.space.kernel_shape import packable
-from tunesearch.space.panels import pack_panel
+from tunesearch.runtime.render.panels import pack_panel
 from tunesearch.space.space import space_for
 
 DEVICE = get_device("cpu")

@@ -1,6 +1,6 @@
-"""The CPU kernels' own exp2 and log2 (lower_cpu.VECTOR_MATH, inline so that they vectorize)
-against numpy in float64: exp2 within 1 ulp, log2 within 3, over the whole float range, with
-libm's special values, and vectorized where the kernel's lane loop is."""
+"""The CPU kernels' own exp2 and log2 (runtime/render/c_support.VECTOR_MATH, inline so that they
+vectorize) against numpy in float64: exp2 within 1 ulp, log2 within 3, over the whole float range,
+with libm's special values, and vectorized where the kernel's lane loop is."""
 from __future__ import annotations
 
 import numpy as np

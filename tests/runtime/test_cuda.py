@@ -14,8 +14,8 @@ from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 from tunesearch.runtime.device import CompileError, DeviceUnavailable, Source
 from tunesearch.runtime.interpret import run_kernel
-from tunesearch.space.dialect_gpu import CUDADialect
-from tunesearch.space.lower_gpu import render_gpu
+from tunesearch.runtime.render.gpu_dialects import CUDADialect
+from tunesearch.runtime.render.gpu import render_gpu
 from tunesearch.space.space import space_for
 from tunesearch.space.target import Target
 

@@ -127,20 +127,20 @@ def test_points_within_the_caps_are_taken_as_they_are():
 def test_a_stored_config_without_ktile_means_no_tile():
     """ktile came after the first stored configs: one without it is valid and renders the same
     code as ktile=0, so nothing tuned before has to be tuned again."""
-    from tunesearch.space.lower_cpu import render_cpu
+    from tunesearch.runtime.render.c import render_c
     kernel = _kernel("matmul_prime")
     space = space_for(kernel, TARGET)
     config = space.default()
     old = Config.make({k: v for k, v in config.as_dict().items() if k != "ktile"})
     assert space.validate(old) is None
-    assert render_cpu(kernel, old) == render_cpu(kernel, config.replace(ktile=0))
+    assert render_c(kernel, old) == render_c(kernel, config.replace(ktile=0))
     assert "ktile" in space.validate(config.replace(ktile=kernel.domain[kernel.n_out]))
 
 
 def test_padded_axes_are_those_whose_reads_all_come_from_panels():
     """A tail block computes the whole register block only along axes where every load of the
     reduce comes from a zero-padded panel: elsewhere it would read past the operand's end."""
-    from tunesearch.space.panels import padded_axes
+    from tunesearch.runtime.render.panels import padded_axes
     kernel = _kernel("matmul_prime")          # out[i, j] = sum_k a[i, k] * b[k, j]
     assert padded_axes(kernel, {}) == set()
     assert padded_axes(kernel, {2: None}) == {1}

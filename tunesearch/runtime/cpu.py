@@ -29,8 +29,8 @@ from tunesearch.runtime.cpu_team import Team
 from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
 from tunesearch.space.config import Config
-from tunesearch.space.lower_cpu import render_cpu
-from tunesearch.space.panels import pack_panel, prepack_layouts
+from tunesearch.runtime.render.c import render_c
+from tunesearch.runtime.render.panels import pack_panel, prepack_layouts
 from tunesearch.space.target import Target
 
 # the ISA flags (-march...) come from the target model: see cpu_target.compile_flags.
@@ -119,7 +119,7 @@ class CPUDevice(Device):
     def render(self, kernel: Kernel, config: Config,
                prepacked: frozenset[int] = frozenset()) -> Source:
         name = kernel.name
-        return Source(render_cpu(kernel, config, name, self.isa.vector_bytes, prepacked), name,
+        return Source(render_c(kernel, config, name, self.isa.vector_bytes, prepacked), name,
                       kernel.key, len(kernel.buffers))
 
     def prepack_layouts(self, kernel: Kernel, config: Config,

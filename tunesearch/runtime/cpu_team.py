@@ -10,7 +10,7 @@ and then, less often each time it loses, so a machine that grows quiet gets its 
 On a quiet machine the full team wins every comparison and nothing changes.
 
 The team limit is OpenMP's nthreads-var of the calling thread (omp_set_num_threads), which every
-kernel reads as the cap of its `num_threads` (lower_cpu.TEAM).
+kernel reads as the cap of its `num_threads` (runtime/render/c_support.py, TEAM).
 """
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from tunesearch.graph.dtypes import DType
 from tunesearch.runtime.device import (Buffer, CompileError, DeviceInfo, DeviceLost,
                                        DeviceUnavailable, Program, Source)
 from tunesearch.runtime.gpu import GPUDevice
-from tunesearch.space.dialect_gpu import CUDADialect
+from tunesearch.runtime.render.gpu_dialects import CUDADialect
 from tunesearch.space.target import Target
 
 INSTALL_HINT = 'pip install "tunesearch[cuda]" (cuda-python with NVRTC)'

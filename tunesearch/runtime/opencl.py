@@ -22,7 +22,7 @@ from tunesearch.graph.dtypes import DType
 from tunesearch.runtime.device import (Buffer, CompileError, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
 from tunesearch.runtime.gpu import GPUDevice
-from tunesearch.space.dialect_gpu import OpenCLDialect
+from tunesearch.runtime.render.gpu_dialects import OpenCLDialect
 from tunesearch.space.target import Target
 
 INSTALL_HINT = 'pip install "tunesearch[opencl]" (pyopencl, and PoCL to run on the CPU)'

@@ -1,7 +1,7 @@
 """The CPU knobs: register block (upcast) per output axis, partial sums along the reduce (split),
 unroll of the innermost reduce loop, a cache tile on the first reduce axis (ktile, 0 for none),
 block loop order, packing of operands into panels, and the OpenMP parallel loops with their thread
-count. Every knob changes the C that lower_cpu writes."""
+count. Every knob changes the C that runtime/render/c.py writes."""
 from __future__ import annotations
 
 from functools import cached_property
@@ -9,8 +9,8 @@ from typing import Any
 
 from tunesearch.space import cpu_model
 from tunesearch.space.config import Config, ConfigError
-from tunesearch.space.kernel_shape import gemm_axes, packable, subsets
-from tunesearch.space.lower_cpu import interior_ranges
+from tunesearch.space.kernel_shape import gemm_axes, interior_ranges, packable, subsets
+from tunesearch.space.panel_layout import PackInfo
 from tunesearch.space.space import (Param, Space, check_knob_set, decode,
                                     divisors_and_blocks, encode, permutations, prod,
                                     register)
@@ -330,7 +330,6 @@ class CPUSpace(Space):
             raise ConfigError("threads > 1 needs a parallel loop")
         if not 1 <= threads <= max(1, 4 * self.target.threads):
             raise ConfigError(f"threads {threads} is not in 1..{4 * self.target.threads}")
-        from tunesearch.space.panels import PackInfo
         for index in pack:
             if PackInfo(k, index, upcast, knobs["ktile"]).size > MAX_PACK_ELEMENTS:
                 raise ConfigError(f"the panel for buffer {index} is too large")
@@ -418,7 +417,7 @@ class CPUSpace(Space):
                 unroll = 2
         elif last is not None:
             # where a view masks the vector axis (a pad), one vector a block: the blocks that
-            # lie inside the mask run unmasked (lower_cpu.interior_ranges), all but the edges
+            # lie inside the mask run unmasked (kernel_shape.interior_ranges), all but the edges
             width = target.lanes(itemsize) if last in interior_ranges(k) else \
                 cpu_model.elementwise_block(target, itemsize)
             upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32, 64)

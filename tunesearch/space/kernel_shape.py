@@ -1,5 +1,6 @@
 """What a kernel is, as far as the CPU space cares: a matmul at heart (its row and column axes,
-and which operand is the column side), and which of its loads can be staged in panels."""
+and which operand is the column side), which of its loads can be staged in panels, and where its
+output axes lie inside every pad's mask."""
 from __future__ import annotations
 
 from tunesearch.graph.kernel import Kernel
@@ -55,3 +56,23 @@ def gemm_axes(kernel: Kernel) -> tuple[int, int, int] | None:
     rows = [a for buf, axes in own.items() if buf != b_side for a in axes]
     row = max(rows, key=lambda a: (domain[a], a))
     return row, col, b_side
+
+
+def interior_ranges(kernel: Kernel) -> dict[int, tuple[int, int]]:
+    """Per output axis that some view masks (a pad), the range of indices inside every mask on
+    it. A block within these ranges on every such axis runs without the tests: the C
+    renderer's block function takes a flag `inner`, and the full blocks are called with it
+    constant, once 1 and once 0, so the compiler makes an unmasked copy that vectorizes (a
+    masked read does not)."""
+    n_out = kernel.n_out
+    ranges: dict[int, tuple[int, int]] = {}
+    for node in kernel.expr.walk():
+        if node.op not in ("load", "const") or node.arg[1].mask is None:
+            continue
+        view = node.arg[1]
+        for a in range(n_out):
+            lo, hi = view.mask[a]
+            if (lo, hi) != (0, view.shape[a]):
+                old = ranges.get(a, (0, view.shape[a]))
+                ranges[a] = (max(old[0], lo), min(old[1], hi))
+    return ranges

@@ -18,10 +18,12 @@ import itertools
 import math
 
 from tunesearch.graph.kernel import Kernel, KNode
-from tunesearch.space.c_support import HEADER, SCRATCH, TEAM, VECTOR_MATH
+from tunesearch.runtime.render.c_support import HEADER, SCRATCH, TEAM, VECTOR_MATH
+from tunesearch.runtime.render.dialect import Dialect, ExprEmitter, index_expr
+from tunesearch.runtime.render.panels import pack_loop, padded_axes
 from tunesearch.space.config import Config
-from tunesearch.space.dialect import Dialect, ExprEmitter, index_expr
-from tunesearch.space.panels import PackInfo, pack_loop, padded_axes
+from tunesearch.space.kernel_shape import interior_ranges
+from tunesearch.space.panel_layout import PackInfo
 
 
 class CDialect(Dialect):
@@ -63,7 +65,7 @@ def collapsible(kernel: Kernel, packs) -> bool:
     return True
 
 
-def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
+def render_c(kernel: Kernel, config: Config, name: str = "kernel",
                vector_bytes: int = 32, prepacked: frozenset[int] = frozenset()) -> str:
     """C source for kernel under config; the entry point is `void name(data0, data1, ...)`.
     vector_bytes is the target's vector register: the vector loop runs one register at a
@@ -275,25 +277,6 @@ def render_cpu(kernel: Kernel, config: Config, name: str = "kernel",
 def _block_args(kernel: Kernel, bounds) -> str:
     args = [f"o{a}" for a in range(kernel.n_out)] + [str(b) for b in bounds]
     return _args(kernel) + "".join(", " + arg for arg in args)
-
-
-def interior_ranges(kernel: Kernel) -> dict[int, tuple[int, int]]:
-    """Per output axis that some view masks (a pad), the range of indices inside every mask on
-    it. A block within these ranges on every such axis runs without the tests: the block
-    function takes a flag `inner`, and the full blocks are called with it constant, once 1 and
-    once 0, so the compiler makes an unmasked copy that vectorizes (a masked read does not)."""
-    n_out = kernel.n_out
-    ranges: dict[int, tuple[int, int]] = {}
-    for node in kernel.expr.walk():
-        if node.op not in ("load", "const") or node.arg[1].mask is None:
-            continue
-        view = node.arg[1]
-        for a in range(n_out):
-            lo, hi = view.mask[a]
-            if (lo, hi) != (0, view.shape[a]):
-                old = ranges.get(a, (0, view.shape[a]))
-                ranges[a] = (max(old[0], lo), min(old[1], hi))
-    return ranges
 
 
 def _tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,

@@ -1,24 +1,16 @@
-"""Panels: operands staged for a kernel in a blocked scratch layout [blocks of the operand's
-output axes][reduce][lanes], zero past the edges. The C loop that fills one on every call, and
-the same panel made once on the host for an operand that never changes (a model's weight,
-packed when the plan is built)."""
+"""Filling panels (operands staged in the blocked scratch layout of space/panel_layout.py): the C
+loop that fills one on every call, and the same panel made once on the host for an operand that
+never changes (a model's weight, packed when the plan is built)."""
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from tunesearch.graph.kernel import Kernel
+from tunesearch.runtime.render.dialect import Dialect, index_expr
 from tunesearch.space.config import Config
-from tunesearch.space.dialect import Dialect, index_expr
+from tunesearch.space.panel_layout import PackInfo, varies
 
 MAX_PREPACK_ELEMENTS = 1 << 26  # a constant's panel held beside it, per kernel that reads it
-
-
-def varies(view, axis: int) -> bool:
-    """Whether a load through view reads different places (or is masked) along axis."""
-    return view.strides[axis] != 0 or (view.mask is not None
-                                       and view.mask[axis] != (0, view.shape[axis]))
 
 
 def padded_axes(kernel: Kernel, packs) -> set[int]:
@@ -29,33 +21,6 @@ def padded_axes(kernel: Kernel, packs) -> set[int]:
     loads = [n.arg for n in kernel.reduce.src[0].walk() if n.op == "load"]
     return {a for a in range(kernel.n_out)
             if all(index in packs for index, view in loads if varies(view, a))}
-
-
-class PackInfo:
-    """A load staged in a scratch panel laid out [blocks of its axes][reduce][lanes of its axes]."""
-
-    def __init__(self, kernel: Kernel, index: int, upcast: tuple[int, ...], ktile: int = 0):
-        n_out = kernel.n_out
-        views = [n.arg[1] for n in kernel.loads() if n.arg[0] == index]
-        self.index, self.view = index, views[0]
-        self.axes = [a for a in range(n_out) if any(varies(v, a) for v in views)]
-        self.blocks = [math.ceil(kernel.domain[a] / upcast[a]) for a in self.axes]
-        self.lanes = [upcast[a] for a in self.axes]
-        # with a k tile the panel holds one tile of the first reduce axis, refilled per tile
-        self.reduce = list(kernel.domain[n_out:])
-        if 0 < ktile < self.reduce[0]:
-            self.reduce[0] = ktile
-        self.size = math.prod(self.blocks) * math.prod(self.reduce) * math.prod(self.lanes)
-        self.dtype = kernel.buffers[index].dtype
-
-    def offset(self, block: list[str], red: list[str], lane: list[str]) -> str:
-        """The panel offset of a block, reduce and lane index; `red` holds one index per reduce
-        axis, or one flat index over them all (the panel lays them out one after another)."""
-        reduce = self.reduce if len(red) == len(self.reduce) else [math.prod(self.reduce)]
-        expr = "0"
-        for idx, size in zip(block + red + lane, self.blocks + reduce + self.lanes):
-            expr = f"({expr})*{size}+({idx})" if expr != "0" else f"({idx})"
-        return expr
 
 
 def prepack_layouts(kernel: Kernel, config: Config, constants: frozenset[int]

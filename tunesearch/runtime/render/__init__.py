@@ -1,0 +1,12 @@
+"""Renderers: a kernel under a config, printed as the source its device compiles.
+
+The C family differs only in a few words (`dialect.py`); each device renders through one of:
+
+    c.py             C loop nests for the CPU device (`render_c`), with the C every kernel
+                     includes (`c_support.py`) and the panels it packs operands into (`panels.py`)
+    gpu.py           one OpenCL C or CUDA C kernel for a GPU device (`render_gpu`), spelled in the
+                     device's dialect (`gpu_dialects.py`)
+
+Renderers read the knobs of a `Config` and the layouts the space defines (space/kernel_shape.py,
+space/panel_layout.py, space/gpu_space.py); nothing in space/ imports them.
+"""
