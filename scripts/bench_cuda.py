@@ -41,7 +41,7 @@ from tunesearch.runtime.device import (DeviceLost, DeviceUnavailable, Source,  #
 from tunesearch.runtime.interpret import run_kernel  # noqa: E402
 from tunesearch.space.config import Config  # noqa: E402
 from tunesearch.runtime.render.gpu import render_gpu  # noqa: E402
-from tunesearch.space.space import space_for  # noqa: E402
+from tunesearch.space.spaces import space_for  # noqa: E402
 
 
 def sample(space, count: int, seed: int) -> list[Config]:

@@ -35,7 +35,7 @@ from tunesearch.graph.schedule import create_schedule  # noqa: E402
 from tunesearch.runtime.device import get_device  # noqa: E402
 from tunesearch.space.config import Config  # noqa: E402
 from tunesearch.space.kernel_shape import packable  # noqa: E402
-from tunesearch.space.space import space_for  # noqa: E402
+from tunesearch.space.spaces import space_for  # noqa: E402
 
 RNG = np.random.default_rng(0)
 ROUNDS = 3

@@ -52,7 +52,7 @@ from tunesearch.search import (Budget, DeviceMeasurer, SimulatedMeasurer,  # noq
                                sampler_names, search_kernel, tune_kernels)
 from tunesearch.search.measure import Measurer  # noqa: E402
 from tunesearch.space.config import Config  # noqa: E402
-from tunesearch.space.space import space_for  # noqa: E402
+from tunesearch.space.spaces import space_for  # noqa: E402
 
 TARGET = 0.95
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from tunesearch.graph.kernel import Kernel
 from tunesearch.space.config import Config
-from tunesearch.space.space import Space
+from tunesearch.space.spaces import Space
 
 
 def sample_configs(space: Space, count: int, seed: int = 0, tries: int = 4000) -> list[Config]:
@@ -62,7 +62,7 @@ def k_tiled_configs(kernel: Kernel, count: int, seed: int) -> list[Config]:
     it, so that tiles with a remainder, panels refilled per tile and partial results kept
     between tiles are all exercised (the sampled tiles of small kernels are rarely shorter)."""
     from tunesearch.runtime.device import get_device
-    from tunesearch.space.space import space_for
+    from tunesearch.space.spaces import space_for
     space = space_for(kernel, get_device("cpu").info().target)
     size = kernel.domain[kernel.n_out]
     out = []

@@ -24,7 +24,7 @@ from tests.conformance import (build_cpu_library, call_config, k_tiled_configs, 
                                sample_configs, tolerance)
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.interpret import run_kernel
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 
 PAGE = mmap.PAGESIZE
 O3_CONFIGS = 4

@@ -11,7 +11,7 @@ from tunesearch.db import DeviceRecord, KernelRecord, ResultRecord, Store
 from tunesearch.runtime.device import get_device
 from tunesearch.search.results import KernelResult
 from tunesearch.space.config import SPACE_VERSION
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 
 
 def _store_winner(store, device, kernel, config, time_s, default_s):

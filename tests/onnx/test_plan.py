@@ -48,7 +48,7 @@ def test_another_lookup_chooses_the_configs_again_without_a_new_trace(tmp_path):
     from tunesearch.db import Store
     from tunesearch.runtime.device import get_device
     from tunesearch.runtime.lookup import TunedConfigs
-    from tunesearch.space.space import space_for
+    from tunesearch.space.spaces import space_for
     model = tox.load(_reshape_by_shape_model(), input_shapes={"x": (2, 3, 4)}, device="cpu",
                      lookup=TunedConfigs.defaults())
     x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)

@@ -132,7 +132,7 @@ def compile_pool() -> dict:
     from tests.catalogue import catalogue
     from tunesearch.runtime.device import get_device
     from tunesearch.search.runner import CompilePool
-    from tunesearch.space.space import space_for
+    from tunesearch.space.spaces import space_for
     kernel = dict(catalogue())["matmul_square"]
     space = space_for(kernel, get_device("cuda").info().target)
     pool = CompilePool("cuda", workers=2)

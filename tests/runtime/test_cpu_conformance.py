@@ -14,7 +14,7 @@ from tests.conformance import (build_cpu_library, call_config, k_tiled_configs, 
                                output_error, sample_configs, tolerance)
 from tunesearch.runtime.cpu_target import supported_levels
 from tunesearch.runtime.interpret import run_kernel
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 
 CONFIGS_PER_KERNEL = 50
 KERNELS = catalogue()

@@ -12,7 +12,7 @@ from tunesearch.runtime.device import get_device
 from tunesearch.runtime.interpret import run_kernel
 from tunesearch.space.kernel_shape import packable
 from tunesearch.runtime.render.panels import pack_panel
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 
 DEVICE = get_device("cpu")
 PACKED = [(name, kernel) for name, kernel in catalogue() if kernel.n_reduce and packable(kernel)]

@@ -65,7 +65,7 @@ def test_each_level_builds_runs_and_keys_the_database_apart(level, monkeypatch):
     a = np.random.default_rng(0).standard_normal((37, 53)).astype(np.float32)
     b = np.random.default_rng(1).standard_normal((53, 29)).astype(np.float32)
     item = create_schedule([(Tensor(a) @ Tensor(b)).node])[-1]
-    from tunesearch.space.space import space_for
+    from tunesearch.space.spaces import space_for
     config = space_for(item.kernel, target).default()
     program = device.build(item.kernel, config)
     out = device.alloc(item.kernel.buffers[0].size, item.kernel.buffers[0].dtype)

@@ -16,7 +16,7 @@ from tunesearch.runtime.device import CompileError, DeviceUnavailable, Source
 from tunesearch.runtime.interpret import run_kernel
 from tunesearch.runtime.render.gpu_dialects import CUDADialect
 from tunesearch.runtime.render.gpu import render_gpu
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 from tunesearch.space.target import Target
 
 cuda = pytest.importorskip("tunesearch.runtime.cuda")

@@ -18,7 +18,7 @@ from tunesearch.cli import resolve_model
 from tunesearch.db import DeviceRecord, KernelRecord, ResultRecord, Store
 from tunesearch.runtime.device import get_device
 from tunesearch.space.config import SPACE_VERSION
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 
 ATTR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^,\s\]]+)')
 

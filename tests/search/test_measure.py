@@ -15,7 +15,7 @@ from tunesearch.graph.dtypes import dtypes
 from tunesearch.runtime.device import get_device
 from tunesearch.search import Budget, DeviceMeasurer, tune_kernels
 from tunesearch.search import verify
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 
 EXPECTED = {faulty.CRASH: ("crash", "SIGSEGV"), faulty.HANG: ("timeout", "hard limit"),
             faulty.WRONG: ("wrong", "differ from the reference"),

@@ -16,7 +16,7 @@ from tunesearch.search.samplers import _missing
 from tunesearch.search.study import _Codec
 from tunesearch.space.config import Config
 from tunesearch.space.cpu_space import CPUSpace
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 from tunesearch.space.target import Target
 
 TWO_THREADS = Target("cpu", threads=2)

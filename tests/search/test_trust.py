@@ -14,7 +14,7 @@ from tunesearch.runtime.device import get_device
 from tunesearch.search import Budget, SimulatedMeasurer, search_kernel, study_name, tune_kernels
 from tunesearch.search.study import RESULT_ATTR, _Codec
 from tunesearch.space.config import SPACE_VERSION
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from tunesearch.runtime.device import get_device
 from tunesearch.search import (Budget, RichProgress, SimulatedMeasurer, TuneError, summary_table,
                                tune_kernels)
 from tunesearch.search.tune import kernel_record
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 
 MM, ELEMENTWISE = matmul(64, 64, 64), add(64, 64)
 

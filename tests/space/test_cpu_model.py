@@ -9,7 +9,7 @@ import pytest
 from tests.catalogue import catalogue
 from tunesearch.space import cpu_model
 from tunesearch.space.kernel_shape import gemm_axes
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 from tunesearch.space.target import Cache, Target
 
 LEVELS = {

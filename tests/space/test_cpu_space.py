@@ -10,7 +10,7 @@ from tests.catalogue import catalogue, random_inputs
 from tests.conformance import build_cpu_library, call_config, output_error, tolerance
 from tunesearch.runtime.interpret import run_kernel
 from tunesearch.space.config import Config, ConfigError
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 from tunesearch.space.target import Target
 
 TARGET = Target("cpu", threads=2, vector_bytes=64, vector_registers=32, isa="avx512")

@@ -16,7 +16,7 @@ from tunesearch.space.config import Config
 from tunesearch.runtime.render.gpu_dialects import CUDADialect, OpenCLDialect
 from tunesearch.space.gpu_space import GPUSpace, local_bytes, stageable
 from tunesearch.runtime.render.gpu import render_gpu
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 from tunesearch.space.target import Target
 
 KERNELS = dict(catalogue())

@@ -120,7 +120,7 @@ def keep_defaults(store, device, kernels: dict, results) -> list[str]:
     keys done. `kernels` maps keys to Kernel objects."""
     from tunesearch.db import DeviceRecord, ResultRecord
     from tunesearch.search.tune import kernel_record
-    from tunesearch.space.space import space_for
+    from tunesearch.space.spaces import space_for
     info = device.info()
     done = []
     for r in results:

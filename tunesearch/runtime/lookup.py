@@ -23,7 +23,7 @@ from tunesearch import settings
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Device
 from tunesearch.space.config import Config, ConfigError
-from tunesearch.space.space import space_for
+from tunesearch.space.spaces import space_for
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from tunesearch.search.measure import Measurer
 from tunesearch.search.results import ERROR_KINDS, Budget, MeasureResult, SearchResult, Trial
 from tunesearch.search.samplers import DEFAULT_SAMPLER, make_sampler
 from tunesearch.space.config import Config, ConfigError
-from tunesearch.space.space import Param, Space
+from tunesearch.space.spaces import Param, Space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -19,7 +19,7 @@ from tunesearch.graph.kernel import Kernel
 from tunesearch.search.measure import Measurer
 from tunesearch.search.results import KernelResult
 from tunesearch.space.config import Config, ConfigError
-from tunesearch.space.space import Space
+from tunesearch.space.spaces import Space
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from tunesearch.search.saving import check_writable
 from tunesearch.search.trust import Stored, stored_result, weigh_claimed
 from tunesearch.search.study import search_kernel
 from tunesearch.space.config import SPACE_VERSION, Config, ConfigError
-from tunesearch.space.space import Space, space_for
+from tunesearch.space.spaces import Space, space_for
 
 
 @dataclass

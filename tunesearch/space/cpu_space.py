@@ -11,9 +11,8 @@ from tunesearch.space import cpu_model
 from tunesearch.space.config import Config, ConfigError
 from tunesearch.space.kernel_shape import gemm_axes, interior_ranges, packable, subsets
 from tunesearch.space.panel_layout import PackInfo
-from tunesearch.space.space import (Param, Space, check_knob_set, decode,
-                                    divisors_and_blocks, encode, permutations, prod,
-                                    register)
+from tunesearch.space.spaces import (Param, Space, check_knob_set, decode,
+                                     divisors_and_blocks, encode, permutations, prod)
 
 KNOBS = ("ktile", "order", "pack", "parallel", "split", "threads", "unroll", "upcast")
 OPTIONAL = {"ktile": 0}       # knobs newer than stored configs, with the value they meant
@@ -28,7 +27,6 @@ MAX_ELEMENTWISE_BLOCK = 256
 MAX_PACK_ELEMENTS = 1 << 26
 
 
-@register("cpu")
 class CPUSpace(Space):
 
     def parameters(self) -> list[Param]:

@@ -22,9 +22,8 @@ from tunesearch.graph.kernel import Kernel, KNode
 from tunesearch.graph.view import View
 from tunesearch.space.config import Config, ConfigError
 from tunesearch.space.kernel_shape import subsets
-from tunesearch.space.space import (Param, Space, check_knob_set, decode,
-                                    divisors_and_blocks, encode, permutations, prod,
-                                    register)
+from tunesearch.space.spaces import (Param, Space, check_knob_set, decode,
+                                     divisors_and_blocks, encode, permutations, prod)
 
 KNOBS = ("group", "ktile", "local", "order", "stage", "unroll", "upcast")
 LOCALS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -108,7 +107,6 @@ def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
-@register("gpu")
 class GPUSpace(Space):
 
     def parameters(self) -> list[Param]:

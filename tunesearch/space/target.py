@@ -21,7 +21,7 @@ class Cache:
 
 @dataclass(frozen=True)
 class Target:
-    family: str                 # "cpu" or "gpu"
+    family: str                 # its space family: "cpu", "gpu", "none" (spaces.SPACE_FAMILIES)
     threads: int = 1            # CPU: hardware threads to share work over
     vector_bytes: int = 32      # CPU: widest SIMD register
     vector_registers: int = 16  # CPU: SIMD registers the compiler may allocate

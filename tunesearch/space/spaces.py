@@ -1,11 +1,14 @@
 """The search space of one kernel on one target: its knobs, their validity, the default.
 
-A space describes itself as a list of parameters (name, choices, and the condition under which it
-is active), so a search engine can sample it define-by-run; `config_from` turns sampled values
-into a Config and `validate` says why a config is invalid, or returns None.
+`space_for(kernel, target)` builds it, picking the Space class of the target's family by name
+from SPACE_FAMILIES. A space describes itself as a list of parameters (name, choices, and the
+condition under which it is active), so a search engine can sample it define-by-run;
+`config_from` turns sampled values into a Config and `validate` says why a config is invalid, or
+returns None.
 """
 from __future__ import annotations
 
+import importlib
 import itertools
 import math
 from abc import ABC, abstractmethod
@@ -138,26 +141,24 @@ def check_knob_set(config: Config, family: str, knobs: tuple[str, ...],
     return values
 
 
-# family name -> Space class; device families register here
-SPACES: dict[str, type[Space]] = {}
+# space family (a Target's family, a device entry's space_family) -> "module:Class", imported on
+# first use (the family modules import this one); a family not listed has no knobs
+SPACE_FAMILIES: dict[str, str] = {
+    "cpu": "tunesearch.space.cpu_space:CPUSpace",
+    "gpu": "tunesearch.space.gpu_space:GPUSpace",
+    "none": "tunesearch.space.spaces:TrivialSpace",
+}
 
 
-def register(family: str):
-    def wrap(cls):
-        SPACES[family] = cls
-        return cls
-    return wrap
+def space_class(family: str) -> type[Space]:
+    """The Space class of a space family (TrivialSpace, one config, for a family not listed)."""
+    module, cls = SPACE_FAMILIES.get(family, SPACE_FAMILIES["none"]).split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def space_for(kernel: Kernel, target: Target) -> Space:
-    if target.family not in SPACES:
-        if target.family == "gpu":
-            import tunesearch.space.gpu_space  # noqa: F401  (registers itself)
-        elif target.family == "cpu":
-            import tunesearch.space.cpu_space  # noqa: F401
-    if target.family not in SPACES:
-        return TrivialSpace(kernel, target)
-    return SPACES[target.family](kernel, target)
+    """The space of kernel on target, of the target's family."""
+    return space_class(target.family)(kernel, target)
 
 
 class TrivialSpace(Space):
