@@ -121,4 +121,5 @@ def level_target(level: str | None = None):
     device = get_device("cpu")
     if level is None:
         return device.info().target
-    return cpu_target.target_for(cpu_target.resolve_level(level)[1], device.threads)
+    return cpu_target.target_for(device.space_family, cpu_target.resolve_level(level)[1],
+                                 device.threads)

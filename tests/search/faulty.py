@@ -14,7 +14,7 @@ import functools
 
 from tunesearch.runtime import device as device_module
 from tunesearch.runtime.cpu import CPUDevice
-from tunesearch.runtime.device import DeviceInfo, Source
+from tunesearch.runtime.device import DeviceEntry, DeviceInfo, Source
 
 NAME = "faulty"
 CRASH, HANG, WRONG, PAST_END, BEFORE_START, INTO_INPUT = 1, 2, 4, 8, 16, 64
@@ -58,7 +58,8 @@ class FaultyDevice(CPUDevice):
 @contextlib.contextmanager
 def registered():
     """The device, known by name (here and in the processes started meanwhile) until the end."""
-    device_module.DEVICES[NAME] = f"{__name__}:FaultyDevice"
+    device_module.DEVICES[NAME] = DeviceEntry(
+        f"{__name__}:FaultyDevice", "cpu", "the CPU device, with faults planted in marked configs")
     try:
         yield NAME
     finally:

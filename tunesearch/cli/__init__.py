@@ -228,23 +228,33 @@ def cmd_run(args) -> int:
 def cmd_devices(args) -> int:
     from tunesearch.runtime.device import DEVICES, get_device
     found = {}
-    for name in DEVICES:
+    for name, entry in DEVICES.items():
         try:
             info = get_device(name).info()
-            found[name] = {"available": True, "key": info.key, **info.as_dict()}
+            found[name] = {"available": True, "description": entry.description, "key": info.key,
+                           **info.as_dict()}
         except Exception as exc:  # every reason a device is missing is reported, not raised
-            found[name] = {"available": False, "reason": str(exc).splitlines()[0]}
+            found[name] = {"available": False, "description": entry.description,
+                           "reason": str(exc).splitlines()[0]}
     if args.json:
         print(json.dumps(found, indent=2, default=str))
         return 0
     for name, data in found.items():
+        print(f"{name:<10} {data['description']}")
         if data["available"]:
             details = ", ".join(f"{k}={v}" for k, v in data.items()
-                                if k not in ("available", "backend"))
-            print(f"{name:<10} available  {details}")
+                                if k not in ("available", "description", "backend"))
+            print(f"{'':<10} available  {details}")
         else:
-            print(f"{name:<10} unavailable: {data['reason']}")
+            print(f"{'':<10} unavailable: {data['reason']}")
     return 0
+
+
+def _device_help() -> str:
+    """The --device help: every registered device with what it is."""
+    from tunesearch.runtime.device import DEVICES
+    return "; ".join(f"{name}: {entry.description}" for name, entry in DEVICES.items()) + \
+        " (default: cpu)"
 
 
 def cmd_report(args) -> int:
@@ -276,11 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="tunesearch", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"tunesearch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    device_help = _device_help()
 
     def model_command(name: str, help_text: str):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("model", help="an .onnx file, or example:NAME for a bundled model")
-        p.add_argument("--device", default="cpu", help="cpu, opencl, cuda (default: cpu)")
+        p.add_argument("--device", default="cpu", help=device_help)
         add_db_argument(p)
         p.add_argument("--input-shape", action="append", type=_shape_arg, metavar="NAME=SHAPE",
                        help="bind an input's dynamic dims, e.g. input=1x3x224x224")

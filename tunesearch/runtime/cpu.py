@@ -85,7 +85,8 @@ class CPUDevice(Device):
 
     def target(self) -> Target:
         """The model of this CPU at the chosen ISA level (see runtime/cpu_target.py)."""
-        return cpu_target.target_for(self.isa, self.threads, self._fork_join_seconds())
+        return cpu_target.target_for(self.space_family, self.isa, self.threads,
+                                     self._fork_join_seconds())
 
     @functools.cache
     def _fork_join_seconds(self) -> float:
@@ -99,7 +100,7 @@ class CPUDevice(Device):
             lib = ctypes.CDLL(self.compile(Source(cpu_target.FORK_JOIN_SOURCE, "fork_join",
                                                   "fork_join")).decode())
         except (OSError, CompileError):
-            return Target("cpu").fork_join_s
+            return Target(self.space_family).fork_join_s
         lib.fork_join.restype = ctypes.c_double
         lib.fork_join.argtypes = [ctypes.c_int, ctypes.c_int]
         lib.fork_join(self.threads, 20)  # the threads start

@@ -223,12 +223,13 @@ double fork_join(int threads, int rounds) {
 """
 
 
-def target_for(level: IsaLevel, threads: int, fork_join_s: float = 0.0) -> Target:
-    """The model of this CPU with kernels generated for level and shared over threads."""
-    found, defaults = caches(), Target("cpu")
+def target_for(family: str, level: IsaLevel, threads: int, fork_join_s: float = 0.0) -> Target:
+    """The model of this CPU, for the knobs of a space family (the CPU device's: "cpu"), with
+    kernels generated for level and shared over threads."""
+    found, defaults = caches(), Target(family)
     # two FMA pipes on every x86 core with FMA since Haswell and Zen, and on the common ARM
     # cores; without FMA a multiply and a dependent add take about 7 cycles
-    return Target("cpu", threads=threads, vector_bytes=level.vector_bytes,
+    return Target(family, threads=threads, vector_bytes=level.vector_bytes,
                   vector_registers=level.vector_registers, fma_units=2,
                   fma_latency=4 if level.fma else 7, isa=level.name,
                   l1d=found.get(1, defaults.l1d), l2=found.get(2, defaults.l2),

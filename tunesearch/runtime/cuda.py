@@ -502,7 +502,7 @@ class CUDADevice(GPUDevice):
             ("arch", self.arch), ("driver", p["driver_version"]), ("nvrtc", nvrtc_version()),
             ("sm_count", p["sm_count"]), ("memory", p["total_memory"]), ("l2", p["l2_bytes"]),
             ("nvrtc_options", " ".join(self.nvrtc_options)))
-        target = Target("gpu", max_local_size=p["max_threads"], max_local_dims=p["max_block"],
+        target = Target(self.space_family, max_local_size=p["max_threads"], max_local_dims=p["max_block"],
                         local_memory=p["shared_bytes"], max_registers=255, warp=32,
                         compute_units=p["sm_count"])
         return DeviceInfo("cuda", p["name"], fingerprint, target)

@@ -1,7 +1,9 @@
 """The device interface: render, compile, allocate, copy, launch, time. Devices register by name.
 
-Adding a device is one file here that subclasses Device and one line in DEVICES. Drivers are
-imported when the device is first used; a missing one raises DeviceUnavailable with an install hint.
+Adding a device is one file here that subclasses Device (rendering through runtime/render/) and
+one entry in DEVICES: where its class lives, its space family and one line that says what it is.
+Drivers are imported when the device is first used; a missing one raises DeviceUnavailable with an
+install hint.
 """
 from __future__ import annotations
 
@@ -21,12 +23,30 @@ from tunesearch.graph.kernel import Kernel
 from tunesearch.space.config import Config
 from tunesearch.space.target import Target
 
-# name -> "module:Class", imported on first use
-DEVICES: dict[str, str] = {
-    "cpu": "tunesearch.runtime.cpu:CPUDevice",
-    "opencl": "tunesearch.runtime.opencl:OpenCLDevice",
-    "cuda": "tunesearch.runtime.cuda:CUDADevice",
-    "reference": "tunesearch.runtime.reference:ReferenceDevice",
+
+@dataclass(frozen=True)
+class DeviceEntry:
+    """A device as the registry knows it before it is opened: where its class lives
+    ("module:Class", imported on first use, so a device whose driver is missing costs nothing
+    until it is asked for), the space family its kernels' knobs come from (the family of the
+    Target it describes itself with: a name in space/spaces.py SPACE_FAMILIES), and one line that
+    says what it is (the CLI's help and `tunesearch devices`)."""
+    device_class: str
+    space_family: str
+    description: str
+
+
+# name -> entry. Tests and plugins may add entries at run time: the search hands them to the
+# processes it starts (search/_runner_child.py spawnable)
+DEVICES: dict[str, DeviceEntry] = {
+    "cpu": DeviceEntry("tunesearch.runtime.cpu:CPUDevice", "cpu",
+                       "C through the system C compiler, with OpenMP"),
+    "opencl": DeviceEntry("tunesearch.runtime.opencl:OpenCLDevice", "gpu",
+                          "OpenCL C through pyopencl, on a GPU or on the CPU with PoCL"),
+    "cuda": DeviceEntry("tunesearch.runtime.cuda:CUDADevice", "gpu",
+                        "CUDA C compiled by NVRTC, run through cuda-python or pycuda"),
+    "reference": DeviceEntry("tunesearch.runtime.reference:ReferenceDevice", "none",
+                             "the numpy interpreter every device is checked against (no knobs)"),
 }
 
 
@@ -112,7 +132,7 @@ class Device(ABC):
     registered by name in DEVICES):
 
     - info(): what the device is (backend, name, the fingerprint that keys the database, the
-      target model the space derives its defaults from);
+      target model the space derives its defaults from, of the entry's `space_family`);
     - alloc(size, dtype): a buffer of `size` elements; copyin / copyout move numpy arrays in and
       out of it (whole buffers, flat);
     - render(kernel, config): the source of a kernel under a config; compile(source): a loadable
@@ -132,6 +152,11 @@ class Device(ABC):
 
     @abstractmethod
     def info(self) -> DeviceInfo: ...
+
+    @property
+    def space_family(self) -> str:
+        """The space family of this device's registry entry: the family of its Target."""
+        return DEVICES[self.name].space_family
 
     @abstractmethod
     def alloc(self, size: int, dtype: DType) -> Buffer: ...
@@ -214,7 +239,7 @@ def device_names() -> list[str]:
 
 
 def _device_class(base: str) -> type[Device]:
-    module, cls = DEVICES[base].split(":")
+    module, cls = DEVICES[base].device_class.split(":")
     return getattr(importlib.import_module(module), cls)
 
 

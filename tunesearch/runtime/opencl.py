@@ -88,7 +88,7 @@ class OpenCLDevice(GPUDevice):
             ("compute_units", d.max_compute_units), ("max_work_group", d.max_work_group_size),
             ("local_memory", d.local_mem_size), ("build_options", " ".join(self.build_options)))
         sizes = tuple(int(s) for s in d.max_work_item_sizes)
-        target = Target("gpu", max_local_size=int(d.max_work_group_size),
+        target = Target(self.space_family, max_local_size=int(d.max_work_group_size),
                         max_local_dims=sizes, local_memory=int(d.local_mem_size),
                         compute_units=int(d.max_compute_units),
                         warp=32 if d.type & self.cl.device_type.GPU else 1)

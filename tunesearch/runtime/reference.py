@@ -22,7 +22,7 @@ class ReferenceDevice(Device):
     @functools.cache
     def info(self) -> DeviceInfo:
         fingerprint = (("backend", "reference"), ("numpy", np.__version__))
-        return DeviceInfo("reference", "numpy", fingerprint, Target("reference"))
+        return DeviceInfo("reference", "numpy", fingerprint, Target(self.space_family))
 
     def alloc(self, size: int, dtype: DType) -> Buffer:
         return Buffer(self.name, size, dtype, np.zeros(size, dtype.np))
