@@ -39,7 +39,7 @@ def describe() -> str:
     """The CPU, the level and the model tunesearch uses, and the kernel OpenBLAS runs."""
     from threadpoolctl import threadpool_info
 
-    from tunesearch.runtime.cpu_target import cpuinfo
+    from tunesearch.runtime.host_cpu import cpuinfo
     from tunesearch.runtime.device import get_device
     target = get_device("cpu").info().target
     blas = ", ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}"

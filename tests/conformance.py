@@ -106,20 +106,20 @@ def call_config(lib: ctypes.CDLL, i: int, kernel: Kernel, out: np.ndarray,
 
 def level_flags(level: str | None = None) -> list[str]:
     """The CPU device's compile flags for an ISA level (None: the device's own level)."""
-    from tunesearch.runtime import cpu_target
+    from tunesearch.runtime import host_cpu
     from tunesearch.runtime.cpu import FLAGS
     from tunesearch.runtime.device import get_device
     if level is None:
         return list(get_device("cpu").flags)
-    return FLAGS + cpu_target.compile_flags(*cpu_target.resolve_level(level))
+    return FLAGS + host_cpu.compile_flags(*host_cpu.resolve_level(level))
 
 
 def level_target(level: str | None = None):
     """The CPU target model for an ISA level (None: the device's own level)."""
-    from tunesearch.runtime import cpu_target
+    from tunesearch.runtime import host_cpu
     from tunesearch.runtime.device import get_device
     device = get_device("cpu")
     if level is None:
         return device.info().target
-    return cpu_target.target_for(device.space_family, cpu_target.resolve_level(level)[1],
-                                 device.threads)
+    return host_cpu.target_for(device.space_family, host_cpu.resolve_level(level)[1],
+                               device.threads)

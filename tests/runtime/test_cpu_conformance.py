@@ -12,7 +12,7 @@ import pytest
 from tests.catalogue import catalogue, random_inputs
 from tests.conformance import (build_cpu_library, call_config, k_tiled_configs, level_target,
                                output_error, sample_configs, tolerance)
-from tunesearch.runtime.cpu_target import supported_levels
+from tunesearch.runtime.host_cpu import supported_levels
 from tunesearch.runtime.interpret import run_kernel
 from tunesearch.space.spaces import space_for
 

@@ -24,7 +24,7 @@ import numpy as np
 from tunesearch import settings
 from tunesearch.graph.dtypes import DType
 from tunesearch.graph.kernel import Kernel
-from tunesearch.runtime import cpu_target
+from tunesearch.runtime import host_cpu
 from tunesearch.runtime.cpu_team import Team
 from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
@@ -33,7 +33,7 @@ from tunesearch.runtime.render.c import render_c
 from tunesearch.runtime.render.panels import pack_panel, prepack_layouts
 from tunesearch.space.target import Target
 
-# the ISA flags (-march...) come from the target model: see cpu_target.compile_flags.
+# the ISA flags (-march...) come from the target model: see host_cpu.compile_flags.
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC may
 # not compute both sides of a select (a clamp before exp2, a mask) in vector lanes; results are
 # the same bit for bit.
@@ -61,16 +61,16 @@ class CPUDevice(Device):
         _configure_openmp()
         self.threads = settings.cpu_threads()
         try:
-            self.isa_name, self.isa = cpu_target.resolve_level(settings.cpu_isa())
-        except cpu_target.IsaError as exc:
+            self.isa_name, self.isa = host_cpu.resolve_level(settings.cpu_isa())
+        except host_cpu.IsaError as exc:
             raise DeviceUnavailable(str(exc)) from None
-        self.flags = FLAGS + cpu_target.compile_flags(self.isa_name, self.isa)
+        self.flags = FLAGS + host_cpu.compile_flags(self.isa_name, self.isa)
         self._dir = settings.cache_dir() / "cpu"
         self._dir.mkdir(parents=True, exist_ok=True)
 
     @functools.cache
     def info(self) -> DeviceInfo:
-        cpu = cpu_target.cpuinfo()
+        cpu = host_cpu.cpuinfo()
         target = self.target()
         model = {"isa": self.isa_name if self.isa_name != "native"
                  else f"native ({target.isa})",
@@ -84,9 +84,9 @@ class CPUDevice(Device):
         return DeviceInfo("cpu", cpu["model"], fingerprint, target)
 
     def target(self) -> Target:
-        """The model of this CPU at the chosen ISA level (see runtime/cpu_target.py)."""
-        return cpu_target.target_for(self.space_family, self.isa, self.threads,
-                                     self._fork_join_seconds())
+        """The model of this CPU at the chosen ISA level (see runtime/host_cpu.py)."""
+        return host_cpu.target_for(self.space_family, self.isa, self.threads,
+                                   self._fork_join_seconds())
 
     @functools.cache
     def _fork_join_seconds(self) -> float:
@@ -97,7 +97,7 @@ class CPUDevice(Device):
         if self.threads <= 1:
             return 0.0
         try:
-            lib = ctypes.CDLL(self.compile(Source(cpu_target.FORK_JOIN_SOURCE, "fork_join",
+            lib = ctypes.CDLL(self.compile(Source(host_cpu.FORK_JOIN_SOURCE, "fork_join",
                                                   "fork_join")).decode())
         except (OSError, CompileError):
             return Target(self.space_family).fork_join_s

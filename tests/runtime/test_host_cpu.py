@@ -1,4 +1,4 @@
-"""The CPU target model: ISA levels, the override, caches and cores read from this machine."""
+"""This machine's CPU and its target model: ISA levels, the override, caches and cores."""
 from __future__ import annotations
 
 import subprocess
@@ -7,12 +7,12 @@ import sys
 import numpy as np
 import pytest
 
-from tunesearch.runtime import cpu_target
+from tunesearch.runtime import host_cpu
 from tunesearch.runtime.cpu import CPUDevice
 from tunesearch.runtime.device import DeviceUnavailable
 
-LEVELS = cpu_target.supported_levels()
-X86 = cpu_target._is_x86()
+LEVELS = host_cpu.supported_levels()
+X86 = host_cpu._is_x86()
 
 
 def test_levels_follow_the_cpu_flags():
@@ -20,34 +20,34 @@ def test_levels_follow_the_cpu_flags():
         assert LEVELS == ["native"]
         return
     v3 = "avx avx2 bmi1 bmi2 f16c fma movbe xsave cx16 popcnt pni sse4_1 sse4_2 ssse3"
-    assert cpu_target.supported_levels(v3) == ["native", "avx2", "sse4"]
-    assert cpu_target.supported_levels("sse2 sse") == ["native"]
+    assert host_cpu.supported_levels(v3) == ["native", "avx2", "sse4"]
+    assert host_cpu.supported_levels("sse2 sse") == ["native"]
     v4 = v3 + " avx512f avx512bw avx512cd avx512dq avx512vl"
-    assert cpu_target.supported_levels(v4) == ["native", "avx512", "avx2", "sse4"]
-    name, level = cpu_target.resolve_level("native", v3)
+    assert host_cpu.supported_levels(v4) == ["native", "avx512", "avx2", "sse4"]
+    name, level = host_cpu.resolve_level("native", v3)
     assert (name, level.name, level.vector_bytes, level.vector_registers) == \
         ("native", "avx2", 32, 16)
-    assert cpu_target.resolve_level("avx512", v4)[1].vector_registers == 32
+    assert host_cpu.resolve_level("avx512", v4)[1].vector_registers == 32
 
 
 def test_a_level_the_cpu_cannot_run_is_refused_with_what_it_supports():
-    with pytest.raises(cpu_target.IsaError, match="unknown ISA level"):
-        cpu_target.resolve_level("avx9000")
+    with pytest.raises(host_cpu.IsaError, match="unknown ISA level"):
+        host_cpu.resolve_level("avx9000")
     if X86:
-        with pytest.raises(cpu_target.IsaError, match=r"cannot execute avx512 \(it supports: "
+        with pytest.raises(host_cpu.IsaError, match=r"cannot execute avx512 \(it supports: "
                                                        r"native, avx2, sse4\)"):
-            cpu_target.resolve_level("avx512", "avx avx2 bmi1 bmi2 f16c fma movbe xsave cx16 "
+            host_cpu.resolve_level("avx512", "avx avx2 bmi1 bmi2 f16c fma movbe xsave cx16 "
                                                "popcnt pni sse4_1 sse4_2 ssse3")
 
 
 def test_caches_and_cores_are_read_from_the_machine():
-    caches = cpu_target.caches()
+    caches = host_cpu.caches()
     if not caches:
         pytest.skip("neither sysfs nor lscpu reports caches here")
     assert caches[1].size >= 8 << 10 and caches[1].ways >= 1 and caches[1].line in (32, 64, 128)
     if 2 in caches:
         assert caches[2].size > caches[1].size
-    assert 1 <= cpu_target.physical_cores() <= 4096
+    assert 1 <= host_cpu.physical_cores() <= 4096
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -59,7 +59,7 @@ def test_each_level_builds_runs_and_keys_the_database_apart(level, monkeypatch):
     assert target.isa and target.vector_registers in (16, 32)
     assert info.as_dict()["isa"].startswith(level)
     if level != "native":
-        assert f"-march={cpu_target.X86_LEVELS[level].march}" in device.flags
+        assert f"-march={host_cpu.X86_LEVELS[level].march}" in device.flags
     from tunesearch import Tensor
     from tunesearch.graph.schedule import create_schedule
     a = np.random.default_rng(0).standard_normal((37, 53)).astype(np.float32)

@@ -1,5 +1,6 @@
-"""The model of the CPU that kernels are generated for: its ISA level, vector registers, FMA
-pipes, data caches and cores, read from the machine when the device starts.
+"""This machine's CPU, read when the CPU device starts: the ISA levels it runs, its vector
+registers, FMA pipes, data caches, cores and clock, and the Target model (space/target.py) of the
+level kernels are generated for, which the CPU space derives its defaults from.
 
 The ISA level can be lowered (TUNESEARCH_CPU_ISA=avx2 on an AVX-512 machine) so the code, the
 model and the device fingerprint of a smaller machine can be built, tested, tuned and measured
