@@ -34,13 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tunesearch import Tensor  # noqa: E402
 from tunesearch.graph.schedule import create_schedule  # noqa: E402
-from tunesearch.runtime.cuda import (CUDADevice, compile_cubin, driver_version,  # noqa: E402
-                                     launches_per_measurement, nvrtc_version, version_text)
+from tunesearch.runtime.cuda import CUDADevice, launches_per_measurement  # noqa: E402
+from tunesearch.runtime.cuda_driver import driver_version, version_text  # noqa: E402
+from tunesearch.runtime.cuda_nvrtc import compile_cubin, nvrtc_version  # noqa: E402
 from tunesearch.runtime.device import (DeviceLost, DeviceUnavailable, Source,  # noqa: E402
                                        get_device)
 from tunesearch.runtime.interpret import run_kernel  # noqa: E402
-from tunesearch.space.config import Config  # noqa: E402
 from tunesearch.runtime.render.gpu import render_gpu  # noqa: E402
+from tunesearch.space.config import Config  # noqa: E402
 from tunesearch.space.spaces import space_for  # noqa: E402
 
 

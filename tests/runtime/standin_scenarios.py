@@ -14,6 +14,7 @@ import numpy as np
 
 from tunesearch.graph.dtypes import dtypes
 from tunesearch.runtime import cuda
+from tunesearch.runtime.cuda_nvrtc import compile_cubin
 from tunesearch.runtime.device import CompileError, DeviceLost, DeviceUnavailable, Source
 
 SIZE, BLOCK = 256, 128
@@ -37,7 +38,7 @@ def calls(name: str) -> Counter:
 def build(device, *names: str, arch: str = "sm_90") -> dict[str, object]:
     """One cubin with a copy kernel per name, and a loaded program for each."""
     text = "".join(COPY.format(name=n) for n in names)
-    artifact = b"cubin\n" + cuda.compile_cubin(text, arch)
+    artifact = b"cubin\n" + compile_cubin(text, arch)
     return {n: device.load(artifact, Source(text, n, "key", 2, (SIZE,), (BLOCK,))) for n in names}
 
 
@@ -111,7 +112,7 @@ def runner_restart() -> dict:
     from tunesearch.search.runner import Runner
     names = ("good", "standin_illegal_address")
     text = "".join(COPY.format(name=n) for n in names)
-    artifact = b"cubin\n" + cuda.compile_cubin(text, "sm_90")
+    artifact = b"cubin\n" + compile_cubin(text, "sm_90")
     sources = {n: Source(text, n, "key", 2, (SIZE,), (BLOCK,)) for n in names}
     runner = Runner("cuda")
     runner.load("key", [(SIZE, "float32"), (SIZE, "float32")],
@@ -151,7 +152,7 @@ def load_errors() -> dict:
     out = {"driver": device.driver.name}
     for case, load in (("other_arch", lambda: build(device, "copy", arch="sm_80")),
                        ("missing_entry", lambda: device.load(
-                           b"cubin\n" + cuda.compile_cubin(COPY.format(name="copy"), "sm_90"),
+                           b"cubin\n" + compile_cubin(COPY.format(name="copy"), "sm_90"),
                            Source("", "absent", "key", 2, (SIZE,), (BLOCK,))))):
         try:
             load()
@@ -168,7 +169,7 @@ def threads() -> dict:
     its artifact's module was loaded on the main thread."""
     device = cuda.CUDADevice()
     text = COPY.format(name="first") + COPY.format(name="second")
-    artifact = b"cubin\n" + cuda.compile_cubin(text, "sm_90")
+    artifact = b"cubin\n" + compile_cubin(text, "sm_90")
     first = device.load(artifact, Source(text, "first", "key", 2, (SIZE,), (BLOCK,)))
     bufs = buffers(device)
     allocated = counts()["allocations"]

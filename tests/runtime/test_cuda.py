@@ -12,16 +12,18 @@ from tests.catalogue import catalogue, random_inputs
 from tests.conformance import output_error, sample_configs, tolerance
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
+from tunesearch.runtime.cuda_driver import open_driver
+from tunesearch.runtime.cuda_nvrtc import compile_cubin, compile_ptx, nvrtc_version
 from tunesearch.runtime.device import CompileError, DeviceUnavailable, Source
 from tunesearch.runtime.interpret import run_kernel
-from tunesearch.runtime.render.gpu_dialects import CUDADialect
 from tunesearch.runtime.render.gpu import render_gpu
+from tunesearch.runtime.render.gpu_dialects import CUDADialect
 from tunesearch.space.spaces import space_for
 from tunesearch.space.target import Target
 
 cuda = pytest.importorskip("tunesearch.runtime.cuda")
 try:
-    NVRTC = cuda.nvrtc_version()
+    NVRTC = nvrtc_version()
 except DeviceUnavailable as exc:
     pytest.skip(f"NVRTC is not available: {exc}", allow_module_level=True)
 
@@ -61,7 +63,7 @@ def test_every_sampled_config_compiles_to_ptx_for_sm90(name):
     kernel = dict(KERNELS)[name]
     configs = sample_configs(space_for(kernel, SM90), CONFIGS_PER_KERNEL, seed=len(name))
     assert len(configs) >= min(CONFIGS_PER_KERNEL, 10)
-    ptx = cuda.compile_ptx(_batch(kernel, configs), "sm_90", FAST)
+    ptx = compile_ptx(_batch(kernel, configs), "sm_90", FAST)
     assert ".target sm_90" in ptx
     entries = set(re.findall(r"\.entry (v\d+)\(", ptx))
     assert entries == {f"v{i}" for i in range(len(configs))}
@@ -74,13 +76,13 @@ def test_defaults_build_to_a_cubin_fully_optimized():
     for i, (name, kernel) in enumerate(KERNELS):
         parts.append(render_gpu(kernel, space_for(kernel, SM90).default(), CUDADialect(),
                                 f"d{i}")[0])
-    cubin = cuda.compile_cubin("\n".join(parts), "sm_90")
+    cubin = compile_cubin("\n".join(parts), "sm_90")
     assert cubin.startswith(b"\x7fELF")
 
 
 def test_compile_errors_carry_the_log():
     with pytest.raises(CompileError, match="undefined"):
-        cuda.compile_ptx('extern "C" __global__ void k(float* x) { x[0] = undefined_name; }')
+        compile_ptx('extern "C" __global__ void k(float* x) { x[0] = undefined_name; }')
 
 
 def test_compile_only_device_without_a_gpu():
@@ -103,7 +105,7 @@ def test_cubins_are_cached_by_digest(tmp_path, monkeypatch):
     first = cuda.CUDADevice(arch="sm_90").compile(source)
     cached = list((tmp_path / "cuda").glob("*.cubin"))
     assert len(cached) == 1 and b"cubin\n" + cached[0].read_bytes() == first
-    planted = cuda.compile_cubin('extern "C" __global__ void planted(float* x) { x[0] = 2; }')
+    planted = compile_cubin('extern "C" __global__ void planted(float* x) { x[0] = 2; }')
     cached[0].write_bytes(planted)
     assert cuda.CUDADevice(arch="sm_90").compile(source) == b"cubin\n" + planted
     cuda.CUDADevice(arch="sm_80").compile(source)  # another architecture, another entry
@@ -119,7 +121,7 @@ def test_device_without_a_gpu_is_unavailable():
 def test_unknown_driver_layer_is_refused(monkeypatch):
     monkeypatch.setenv("TUNESEARCH_CUDA_DRIVER", "nonsense")
     with pytest.raises(DeviceUnavailable, match="cuda-python, pycuda"):
-        cuda.open_driver()
+        open_driver()
 
 
 # ---- on a GPU
@@ -152,7 +154,7 @@ def test_gpu_random_configs_match_reference(name):
     kernel = dict(KERNELS)[name]
     configs = sample_configs(space_for(kernel, GPU.info().target), 20, seed=len(name))
     text = _batch(kernel, configs)
-    artifact = b"cubin\n" + cuda.compile_cubin(text, GPU.arch)
+    artifact = b"cubin\n" + compile_cubin(text, GPU.arch)
     inputs = random_inputs(kernel, seed=1)
     expected = run_kernel(kernel, inputs)
     allowed = tolerance(kernel) * (20 if "half" in name else 1)

@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 
 from tests.runtime import standin
+from tunesearch.runtime.cuda_driver import check_versions
+from tunesearch.runtime.cuda_nvrtc import nvrtc_version
 from tunesearch.runtime.device import DeviceUnavailable, Source
 
 cuda = pytest.importorskip("tunesearch.runtime.cuda")
 try:
-    NVRTC = cuda.nvrtc_version()
+    NVRTC = nvrtc_version()
 except DeviceUnavailable as exc:
     pytest.skip(f"NVRTC is not available: {exc}", allow_module_level=True)
 
@@ -41,12 +43,12 @@ def log(tmp_path):
 # ---- 1. the driver's version against NVRTC's
 
 def test_versions_that_fit_and_that_do_not():
-    cuda.check_versions(13000, "13.0")
-    cuda.check_versions(13020, "12.8")  # an older NVRTC's cubins load on a newer driver
+    check_versions(13000, "13.0")
+    check_versions(13020, "12.8")  # an older NVRTC's cubins load on a newer driver
     with pytest.raises(DeviceUnavailable, match=r"CUDA 12\.9 but NVRTC is 13\.5.*R580.*cuda12"):
-        cuda.check_versions(12090, "13.5")
+        check_versions(12090, "13.5")
     with pytest.raises(DeviceUnavailable, match=r"CUDA 11\.8 .*NVRTC of CUDA 11"):
-        cuda.check_versions(11080, "12.4")
+        check_versions(11080, "12.4")
 
 
 @pytest.mark.parametrize("pycuda", LAYERS)

@@ -28,9 +28,9 @@ from tunesearch.runtime import host_cpu
 from tunesearch.runtime.cpu_team import Team
 from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
-from tunesearch.space.config import Config
 from tunesearch.runtime.render.c import render_c
 from tunesearch.runtime.render.panels import pack_panel, prepack_layouts
+from tunesearch.space.config import Config
 from tunesearch.space.target import Target
 
 # the ISA flags (-march...) come from the target model: see host_cpu.compile_flags.

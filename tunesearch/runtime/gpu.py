@@ -9,9 +9,9 @@ import numpy as np
 
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Buffer, Device, Source
-from tunesearch.space.config import Config
-from tunesearch.runtime.render.gpu_dialects import GPUDialect
 from tunesearch.runtime.render.gpu import render_gpu
+from tunesearch.runtime.render.gpu_dialects import GPUDialect
+from tunesearch.space.config import Config
 
 
 class GPUDevice(Device):

@@ -17,9 +17,9 @@ import math
 import re
 
 from tunesearch.graph.kernel import Kernel, KNode
-from tunesearch.space.config import Config
 from tunesearch.runtime.render.dialect import ExprEmitter, index_expr
 from tunesearch.runtime.render.gpu_dialects import GPUDialect
+from tunesearch.space.config import Config
 from tunesearch.space.gpu_space import node_axes, stage_tile
 
 
