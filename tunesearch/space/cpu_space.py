@@ -1,22 +1,23 @@
 """The CPU knobs: register block (upcast) per output axis, partial sums along the reduce (split),
 unroll of the innermost reduce loop, a cache tile on the first reduce axis (ktile, 0 for none),
 block loop order, packing of operands into panels, and the OpenMP parallel loops with their thread
-count. Every knob changes the C that runtime/render/c.py writes."""
+count. Every knob changes the C that runtime/render/c.py writes. The default's values come from
+the target model (cpu_default.py)."""
 from __future__ import annotations
 
 from functools import cached_property
 from typing import Any
 
-from tunesearch.space import cpu_model
+from tunesearch.space import cpu_default, cpu_model
 from tunesearch.space.config import Config, ConfigError
-from tunesearch.space.kernel_shape import gemm_axes, interior_ranges, packable, subsets
+from tunesearch.space.cpu_default import KTILES
+from tunesearch.space.kernel_shape import gemm_axes, packable, subsets
 from tunesearch.space.panel_layout import PackInfo
 from tunesearch.space.spaces import (Param, Space, check_knob_set, decode,
                                      divisors_and_blocks, encode, permutations, prod)
 
 KNOBS = ("ktile", "order", "pack", "parallel", "split", "threads", "unroll", "upcast")
 OPTIONAL = {"ktile": 0}       # knobs newer than stored configs, with the value they meant
-KTILES = (64, 128, 256, 512, 1024)
 UPCASTS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
 LAST_UPCASTS = (1, 2, 4, 8, 16, 32, 64)     # and whole multiples of the vector: last_upcasts()
 MAX_ACCUMULATORS = 256        # floats of accumulators per block, or the whole register file
@@ -85,7 +86,8 @@ class CPUSpace(Space):
         trivial = [a for a in range(self.kernel.n_out) if domain[a] == 1]
         real = [a for a in range(self.kernel.n_out) if domain[a] > 1]
         orders = [tuple(real[i] for i in p) + tuple(trivial) for p in permutations(len(real))]
-        for extra in (self._default_layout()["order"], tuple(range(self.kernel.n_out))):
+        default = cpu_default.default_layout(self.kernel, self.target, self._upcast_choices)
+        for extra in (default["order"], tuple(range(self.kernel.n_out))):
             if extra not in orders:
                 orders.append(extra)
         return orders
@@ -98,19 +100,6 @@ class CPUSpace(Space):
         if gemm_axes(self.kernel) is None:
             return (0,)
         return (0,) + tuple(t for t in KTILES if t < size)
-
-    def _blocks(self, upcast) -> list[int]:
-        """The number of register blocks along each output axis."""
-        return [-(-self.kernel.domain[a] // upcast[a]) for a in range(self.kernel.n_out)]
-
-    def _default_order(self, blocks: list[int], first: int | None) -> tuple[int, ...]:
-        """`first` outermost if given, then the axes with the most blocks (the outermost is the
-        one shared over the threads); axes of size 1 last, where their one iteration is free."""
-        domain = self.kernel.domain
-        trivial = [a for a in range(self.kernel.n_out) if domain[a] == 1]
-        real = sorted((a for a in range(self.kernel.n_out) if domain[a] > 1),
-                      key=lambda a: (a != first, -blocks[a]))
-        return tuple(real + trivial)
 
     def config_from(self, values: dict[str, Any]) -> Config:
         """The config of sampled values. The register-block knobs are chosen per axis, so most
@@ -229,7 +218,7 @@ class CPUSpace(Space):
                 out += [config.replace(ktile=t) for t in (ktile // 2, ktile * 2, 0) if
                         t in self._ktiles()]
             else:
-                model = self._model_ktile(config)
+                model = cpu_default.model_ktile(k, self.target, config)
                 out.append(config.replace(ktile=model if model in tiles else tiles[-1]))
         for index in packable(k):
             pack = tuple(sorted(set(config.get("pack")) ^ {index}))
@@ -248,20 +237,6 @@ class CPUSpace(Space):
                 seen.add(c)
                 result.append(c)
         return result
-
-    def _model_ktile(self, config: Config) -> int:
-        """The k tile the model gives for config's register block."""
-        gemm = gemm_axes(self.kernel)
-        if gemm is None:
-            return 0
-        row, col, _ = gemm
-        itemsize = self.kernel.buffers[0].dtype.itemsize
-        lanes = self.target.lanes(itemsize)
-        upcast = config.get("upcast")
-        block = cpu_model.RegisterBlock(upcast[row], -(-upcast[col] // lanes), lanes)
-        inner = prod(self.kernel.domain[self.kernel.n_out + 1:])
-        tile = cpu_model.k_tile(self.target, block, itemsize) // inner
-        return max((t for t in KTILES if t <= tile), default=KTILES[0])
 
     def params_of(self, config: Config) -> dict[str, Any]:
         names = {p.name for p in self.parameters()}
@@ -338,87 +313,5 @@ class CPUSpace(Space):
                            ktile=0, pack=(), parallel=0, threads=1)
 
     def default(self) -> Config:
-        """The default derived from the target model (space/cpu_model.py): register blocks
-        like a BLAS micro-kernel where there is a matmul-like reduce, partial sums where the
-        reduce is contiguous, vector-wide blocks for elementwise work, and the outer loop over
-        the threads where that saves more than the parallel loop costs."""
-        k = self.kernel
-        layout = self._default_layout()
-        blocks = self._blocks(layout["upcast"])
-        threads = self.target.threads
-        order = layout["order"]
-        parallel = 1 if k.n_out and cpu_model.parallel_pays(self.target, k.flops, k.bytes) \
-            and blocks[order[0]] > 1 else 0
-        if parallel and len(order) > 1 and blocks[order[0]] < 4 * threads \
-                and blocks[order[1]] > 1:
-            parallel = 2  # too few outer blocks to share evenly: share the first two loops
-        return Config.make(**layout, parallel=parallel, threads=threads if parallel else 1)
-
-    def _default_layout(self) -> dict[str, Any]:
-        """The default's knobs but the threads (see cpu_model.py for the derivation). For a
-        matmul: the register block of the model; the column side packed (every row block
-        reads it again; a panel makes its sliver one contiguous stream), and so is any operand
-        read with a stride along the vector lanes (a convolution's windows); the column blocks
-        outermost while a column and a row sliver of the whole reduce stay in L2 together
-        (BLIS's jr loop around ir), else a k tile sized for L1 with the row blocks outermost
-        (the row sliver resident in L1, the tile's panel streaming past it) on one thread,
-        the larger side's blocks on several."""
-        k, target = self.kernel, self.target
-        n_out, domain = k.n_out, k.domain
-        upcast = [1] * n_out
-        split, unroll, pack, ktile, first = 1, 1, (), 0, None
-        loads = [n.arg[1] for n in k.loads()]
-        lane_axes = [a for a in range(n_out) if domain[a] > 1]
-        last = lane_axes[-1] if lane_axes else None
-        itemsize = k.buffers[0].dtype.itemsize
-        if k.n_reduce:
-            inner_contig = any(v.strides[-1] == 1 for v in loads)
-            gemm = gemm_axes(k)
-            if gemm is not None:
-                row, col, b_side = gemm
-                views = {n.arg[0]: n.arg[1] for n in k.loads()}
-                pack = tuple(i for i in packable(k)
-                             if i == b_side or views[i].strides[col] not in (0, 1))
-                row_side = {b for b, v in views.items() if v.strides[row] and not v.strides[col]}
-                block = cpu_model.register_block(
-                    target, itemsize, rows_max=domain[row], columns_max=domain[col],
-                    row_panel=bool(row_side) and row_side <= set(pack),
-                    sizes=(domain[row], domain[col]),
-                    row_choices=self._upcast_choices(row),
-                    column_choices=self._upcast_choices(col))
-                upcast[row] = min(block.rows, domain[row])
-                upcast[col] = min(block.columns, domain[col])
-                unroll = 4
-                # per column block the column sliver stays in L2 while the rows stream past
-                # it: both slivers of the whole reduce must fit there together
-                reduce_size = prod(domain[n_out:])
-                slivers = reduce_size * (upcast[col] + upcast[row]) * itemsize
-                first = col
-                if not cpu_model.fits(target.l2, slivers):
-                    tile = self._model_ktile(Config.make(upcast=tuple(upcast)))
-                    if tile < domain[n_out]:
-                        # one thread: the row blocks outermost, the row sliver resident in
-                        # L1; several: the blocks of the larger side are shared out, so each
-                        # thread streams only its part of the larger operand's panel
-                        ktile = tile
-                        first = row if target.threads == 1 or domain[row] >= domain[col] \
-                            else col
-            elif inner_contig and (domain[-1] >= cpu_model.reduce_split(target, itemsize)
-                                   or last is None):
-                split = max(s for s in (1, 2, 4, 8, 16, 32)
-                            if s <= min(domain[-1], cpu_model.reduce_split(target, itemsize)))
-                unroll = 4
-            elif last is not None:
-                # a reduce too short to fill partial-sum vectors (a pool's or a depthwise
-                # convolution's window): the vector lanes run over the outputs instead
-                upcast[last] = min(cpu_model.elementwise_block(target, itemsize), domain[last])
-                unroll = 2
-        elif last is not None:
-            # where a view masks the vector axis (a pad), one vector a block: the blocks that
-            # lie inside the mask run unmasked (kernel_shape.interior_ranges), all but the edges
-            width = target.lanes(itemsize) if last in interior_ranges(k) else \
-                cpu_model.elementwise_block(target, itemsize)
-            upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32, 64)
-                               if u <= min(domain[last], width))
-        return dict(upcast=tuple(upcast), order=self._default_order(self._blocks(upcast), first),
-                    split=split, unroll=unroll, ktile=ktile, pack=pack)
+        """The default derived from the target model (see cpu_default.py)."""
+        return cpu_default.default_config(self.kernel, self.target, self._upcast_choices)

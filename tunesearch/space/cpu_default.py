@@ -1,0 +1,140 @@
+"""The default CPU config, derived from the target model (space/cpu_model.py): register blocks
+like a BLAS micro-kernel where there is a matmul-like reduce, partial sums where the reduce is
+contiguous, vector-wide blocks for elementwise work, a k tile where the slivers of the whole reduce
+would not stay in L2, and the outer loop over the threads where that saves more than the parallel
+loop costs. The CPU space (cpu_space.py) defines the knobs and their validity; this module only
+chooses their values.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tunesearch.graph.kernel import Kernel
+from tunesearch.space import cpu_model
+from tunesearch.space.config import Config
+from tunesearch.space.kernel_shape import gemm_axes, interior_ranges, packable
+from tunesearch.space.spaces import prod
+from tunesearch.space.target import Target
+
+KTILES = (64, 128, 256, 512, 1024)  # the k tiles the knob offers; the model's rounds down to one
+# the register-block sizes the space offers along an output axis
+UpcastChoices = Callable[[int], tuple[int, ...]]
+
+
+def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices) -> Config:
+    """The default derived from the target model (space/cpu_model.py): register blocks
+    like a BLAS micro-kernel where there is a matmul-like reduce, partial sums where the
+    reduce is contiguous, vector-wide blocks for elementwise work, and the outer loop over
+    the threads where that saves more than the parallel loop costs."""
+    layout = default_layout(kernel, target, upcast_choices)
+    blocks = register_blocks(kernel, layout["upcast"])
+    threads = target.threads
+    order = layout["order"]
+    parallel = 1 if kernel.n_out and cpu_model.parallel_pays(target, kernel.flops, kernel.bytes) \
+        and blocks[order[0]] > 1 else 0
+    if parallel and len(order) > 1 and blocks[order[0]] < 4 * threads \
+            and blocks[order[1]] > 1:
+        parallel = 2  # too few outer blocks to share evenly: share the first two loops
+    return Config.make(**layout, parallel=parallel, threads=threads if parallel else 1)
+
+
+def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
+                   ) -> dict[str, Any]:
+    """The default's knobs but the threads (see cpu_model.py for the derivation). For a
+    matmul: the register block of the model; the column side packed (every row block
+    reads it again; a panel makes its sliver one contiguous stream), and so is any operand
+    read with a stride along the vector lanes (a convolution's windows); the column blocks
+    outermost while a column and a row sliver of the whole reduce stay in L2 together
+    (BLIS's jr loop around ir), else a kernel tile sized for L1 with the row blocks outermost
+    (the row sliver resident in L1, the tile's panel streaming past it) on one thread,
+    the larger side's blocks on several."""
+    n_out, domain = kernel.n_out, kernel.domain
+    upcast = [1] * n_out
+    split, unroll, pack, ktile, first = 1, 1, (), 0, None
+    loads = [n.arg[1] for n in kernel.loads()]
+    lane_axes = [a for a in range(n_out) if domain[a] > 1]
+    last = lane_axes[-1] if lane_axes else None
+    itemsize = kernel.buffers[0].dtype.itemsize
+    if kernel.n_reduce:
+        inner_contig = any(v.strides[-1] == 1 for v in loads)
+        gemm = gemm_axes(kernel)
+        if gemm is not None:
+            row, col, b_side = gemm
+            views = {n.arg[0]: n.arg[1] for n in kernel.loads()}
+            pack = tuple(i for i in packable(kernel)
+                         if i == b_side or views[i].strides[col] not in (0, 1))
+            row_side = {b for b, v in views.items() if v.strides[row] and not v.strides[col]}
+            block = cpu_model.register_block(
+                target, itemsize, rows_max=domain[row], columns_max=domain[col],
+                row_panel=bool(row_side) and row_side <= set(pack),
+                sizes=(domain[row], domain[col]),
+                row_choices=upcast_choices(row),
+                column_choices=upcast_choices(col))
+            upcast[row] = min(block.rows, domain[row])
+            upcast[col] = min(block.columns, domain[col])
+            unroll = 4
+            # per column block the column sliver stays in L2 while the rows stream past
+            # it: both slivers of the whole reduce must fit there together
+            reduce_size = prod(domain[n_out:])
+            slivers = reduce_size * (upcast[col] + upcast[row]) * itemsize
+            first = col
+            if not cpu_model.fits(target.l2, slivers):
+                tile = model_ktile(kernel, target, Config.make(upcast=tuple(upcast)))
+                if tile < domain[n_out]:
+                    # one thread: the row blocks outermost, the row sliver resident in
+                    # L1; several: the blocks of the larger side are shared out, so each
+                    # thread streams only its part of the larger operand's panel
+                    ktile = tile
+                    first = row if target.threads == 1 or domain[row] >= domain[col] \
+                        else col
+        elif inner_contig and (domain[-1] >= cpu_model.reduce_split(target, itemsize)
+                               or last is None):
+            split = max(s for s in (1, 2, 4, 8, 16, 32)
+                        if s <= min(domain[-1], cpu_model.reduce_split(target, itemsize)))
+            unroll = 4
+        elif last is not None:
+            # a reduce too short to fill partial-sum vectors (a pool's or a depthwise
+            # convolution's window): the vector lanes run over the outputs instead
+            upcast[last] = min(cpu_model.elementwise_block(target, itemsize), domain[last])
+            unroll = 2
+    elif last is not None:
+        # where a view masks the vector axis (a pad), one vector a block: the blocks that
+        # lie inside the mask run unmasked (kernel_shape.interior_ranges), all but the edges
+        width = target.lanes(itemsize) if last in interior_ranges(kernel) else \
+            cpu_model.elementwise_block(target, itemsize)
+        upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32, 64)
+                           if u <= min(domain[last], width))
+    order = default_order(kernel, register_blocks(kernel, upcast), first)
+    return dict(upcast=tuple(upcast), order=order, split=split, unroll=unroll, ktile=ktile,
+                pack=pack)
+
+
+def model_ktile(kernel: Kernel, target: Target, config: Config) -> int:
+    """The k tile the model gives for config's register block."""
+    gemm = gemm_axes(kernel)
+    if gemm is None:
+        return 0
+    row, col, _ = gemm
+    itemsize = kernel.buffers[0].dtype.itemsize
+    lanes = target.lanes(itemsize)
+    upcast = config.get("upcast")
+    block = cpu_model.RegisterBlock(upcast[row], -(-upcast[col] // lanes), lanes)
+    inner = prod(kernel.domain[kernel.n_out + 1:])
+    tile = cpu_model.k_tile(target, block, itemsize) // inner
+    return max((t for t in KTILES if t <= tile), default=KTILES[0])
+
+
+def register_blocks(kernel: Kernel, upcast) -> list[int]:
+    """The number of register blocks along each output axis."""
+    return [-(-kernel.domain[a] // upcast[a]) for a in range(kernel.n_out)]
+
+
+def default_order(kernel: Kernel, blocks: list[int], first: int | None
+                  ) -> tuple[int, ...]:
+    """`first` outermost if given, then the axes with the most blocks (the outermost is the
+    one shared over the threads); axes of size 1 last, where their one iteration is free."""
+    domain = kernel.domain
+    trivial = [a for a in range(kernel.n_out) if domain[a] == 1]
+    real = sorted((a for a in range(kernel.n_out) if domain[a] > 1),
+                  key=lambda a: (a != first, -blocks[a]))
+    return tuple(real + trivial)
