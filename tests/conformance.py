@@ -1,5 +1,6 @@
 """Shared helpers for device conformance: random valid configs of a kernel's space, k-tiled ones,
-the CPU library of many configs, and the measure of an output's error."""
+the CPU library of many configs, a kernel's buffers on a device, and the measure of an output's
+error."""
 from __future__ import annotations
 
 import ctypes
@@ -34,6 +35,21 @@ def sample_configs(space: Space, count: int, seed: int = 0, tries: int = 4000) -
         if config not in out and space.validate(config) is None:
             out.append(config)
     return out
+
+
+def device_buffers(device, kernel: Kernel, inputs: list[np.ndarray]) -> list:
+    """The kernel's buffers on device: its output (contents undefined), then its inputs."""
+    out = kernel.buffers[0]
+    buffers = [device.alloc(out.size, out.dtype)]
+    return buffers + [device.from_numpy(a, spec.dtype)
+                      for a, spec in zip(inputs, kernel.buffers[1:])]
+
+
+def poison(kernel: Kernel) -> np.ndarray:
+    """Output contents that no kernel computes (NaN, or 77 for integers): copied in before a
+    run, a config that writes nothing fails."""
+    out = kernel.buffers[0]
+    return np.full(out.size, np.nan if out.dtype.is_float else 77, out.dtype.np)
 
 
 def output_error(got: np.ndarray, want: np.ndarray) -> float:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.catalogue import catalogue, random_inputs
-from tests.conformance import output_error, sample_configs, tolerance
+from tests.conformance import device_buffers, output_error, sample_configs, tolerance
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 from tunesearch.runtime.cuda_driver import open_driver
@@ -130,8 +130,7 @@ needs_gpu = pytest.mark.skipif(GPU is None, reason="no CUDA device")
 
 
 def _run(device, kernel, program, inputs):
-    buffers = [device.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)]
-    buffers += [device.from_numpy(a, s.dtype) for a, s in zip(inputs, kernel.buffers[1:])]
+    buffers = device_buffers(device, kernel, inputs)
     program(buffers)
     return device.copyout(buffers[0]), buffers
 

@@ -15,7 +15,8 @@ import pytest
 pytest.importorskip("pyopencl")
 
 from tests.catalogue import catalogue, random_inputs  # noqa: E402
-from tests.conformance import output_error, sample_configs, tolerance  # noqa: E402
+from tests.conformance import (device_buffers, output_error, poison, sample_configs,  # noqa: E402
+                               tolerance)
 from tunesearch import Tensor  # noqa: E402
 from tunesearch.graph.dtypes import dtypes  # noqa: E402
 from tunesearch.graph.schedule import create_schedule  # noqa: E402
@@ -72,15 +73,12 @@ def _check_kernel(name: str, configs: list[str]) -> list[str]:
     artifact = device.compile(Source(whole, "v0", kernel.key, len(kernel.buffers)))
     inputs = random_inputs(kernel, seed=1)
     expected = run_kernel(kernel, inputs)
-    out_spec = kernel.buffers[0]
-    buffers = [device.alloc(out_spec.size, out_spec.dtype)]
-    buffers += [device.from_numpy(a, s.dtype) for a, s in zip(inputs, kernel.buffers[1:])]
-    poison = np.full(out_spec.size, np.nan if out_spec.dtype.is_float else 77, out_spec.dtype.np)
+    buffers = device_buffers(device, kernel, inputs)
     failures = []
     for i, (text, (global_size, local_size)) in enumerate(zip(configs, launches)):
         program = device.load(artifact, Source(whole, f"v{i}", kernel.key, len(kernel.buffers),
                                                global_size, local_size))
-        device.copyin(buffers[0], poison)
+        device.copyin(buffers[0], poison(kernel))
         program(buffers)
         err = output_error(device.copyout(buffers[0]), expected)
         if not err <= _allowed(kernel):
@@ -140,8 +138,7 @@ def test_default_config_fully_optimized_matches_reference(name):
     config = space_for(kernel, DEVICE.info().target).default()
     program = DEVICE.build(kernel, config)
     inputs = random_inputs(kernel, seed=2)
-    buffers = [DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)]
-    buffers += [DEVICE.from_numpy(a, s.dtype) for a, s in zip(inputs, kernel.buffers[1:])]
+    buffers = device_buffers(DEVICE, kernel, inputs)
     program(buffers)
     assert output_error(DEVICE.copyout(buffers[0]), run_kernel(kernel, inputs)) <= tolerance(kernel)
     seconds = program.timed(buffers)
