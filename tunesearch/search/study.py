@@ -250,8 +250,10 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
     except KeyboardInterrupt:
         stopped_by = "interrupted"
     finally:
-        for trial in pending:  # asked but never answered: close them so no trial stays RUNNING
-            study.tell(trial, state=TrialState.FAIL)
+        # asked but never answered: close them so no trial stays RUNNING (one told just before
+        # a Ctrl-C, but not yet taken off the list, is finished already and stays as it is)
+        for trial in pending:
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
     best = state.best
     default_ok = state.history.get(default)
     default_ok = default_ok if default_ok is not None and default_ok.ok else None
