@@ -57,12 +57,13 @@ class KNode:
     def __repr__(self) -> str:
         return self.text()
 
-    def walk(self):
-        """Every node of the tree once, children before parents."""
+    def walk(self, stop=None):
+        """Every node of the tree once, children before parents; below a node for which
+        stop(node) is true nothing is visited, nor that node itself."""
         seen, order = set(), []
 
         def visit(n):
-            if id(n) in seen:
+            if id(n) in seen or (stop is not None and stop(n)):
                 return
             seen.add(id(n))
             for s in n.src:

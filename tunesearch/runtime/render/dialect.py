@@ -111,20 +111,7 @@ class ExprEmitter:
         reuse values across several emits (the GPU lowering shares them between lanes)."""
         names = dict(known or {})
         d = self.dialect
-        order: list[KNode] = []
-        seen: set[int] = set()
-
-        def visit(node: KNode):
-            if id(node) in names or id(node) in seen:
-                return
-            seen.add(id(node))
-            for src in node.src:
-                visit(src)
-            order.append(node)
-        visit(root)
-        for node in order:
-            if id(node) in names:
-                continue
+        for node in root.walk(stop=lambda n: id(n) in names):
             if isinstance(node.op, ReduceOps):
                 raise ValueError("the reduce must be given in known")
             if node.op == "load":
