@@ -22,7 +22,7 @@ class ScheduleItem:
     inputs: tuple[LazyNode, ...]  # nodes whose buffers are read, in buffer order 1..n
 
 
-def realize_target(node: LazyNode) -> LazyNode | None:
+def backing_node(node: LazyNode) -> LazyNode | None:
     """The node whose buffer holds `node` unchanged, if node is a plain read of one."""
     if node.op == "load" and node.arg.is_contiguous and node.arg.size == node.src[0].numel:
         return node.src[0]
@@ -45,7 +45,7 @@ def create_schedule(roots: list[LazyNode]) -> list[ScheduleItem]:
         items.append(ScheduleItem(kernel, node, tuple(inputs)))
 
     for root in roots:
-        target = realize_target(root)
+        target = backing_node(root)
         visit(target if target is not None else root)
     return items
 

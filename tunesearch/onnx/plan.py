@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tunesearch.graph.kernel import Kernel
-from tunesearch.graph.schedule import create_schedule, realize_target
+from tunesearch.graph.schedule import create_schedule, backing_node
 from tunesearch.runtime import kernel_run, realize
 from tunesearch.runtime.device import Buffer, Device, Program
 from tunesearch.runtime.kernel_run import KernelRun
@@ -47,11 +47,11 @@ class Plan:
         self.lookup = lookup
         self.out_names = out_names or [f"#{i}" for i in range(len(outs))]
         self._shapes = {name: tuple(t.shape) for name, t in inputs.items()}
-        self.input_buffers = {name: realize_target(t.node).realized for name, t in inputs.items()}
+        self.input_buffers = {name: backing_node(t.node).realized for name, t in inputs.items()}
         self.input_dtypes = {name: t.dtype.np for name, t in inputs.items()}
-        roots = [realize_target(v.node) or v.node for v in outs if isinstance(v, Tensor)]
+        roots = [backing_node(v.node) or v.node for v in outs if isinstance(v, Tensor)]
         self.items = create_schedule(roots)
-        self._outs = [(dtype, value, realize_target(value.node) or value.node
+        self._outs = [(dtype, value, backing_node(value.node) or value.node
                        if isinstance(value, Tensor) else None)
                       for dtype, value in zip(out_dtypes, outs)]
         self.steps: list[Step] = []

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import dtypes
 from tunesearch.graph.ops import MovementOps
-from tunesearch.graph.schedule import fused_reduce, realize_target
+from tunesearch.graph.schedule import fused_reduce, backing_node
 from tunesearch.graph.view import View
 from tunesearch.tensor._shapes import shape_arg as _shape_arg
 from tunesearch.tensor._shapes import shape_error as _err
@@ -158,13 +158,13 @@ class MovementMixin:
         pad = [(0, 0)] * (self.ndim - n) + [(b, e - i - b) for (b, _), e, i in
                                              zip(pads, extent, spatial)]
         padded = self.pad(pad, value)
-        target = realize_target(padded.node) or padded.node
+        backing = backing_node(padded.node) or padded.node
         shape = padded.shape
         step = [math.prod(shape[i + 1:]) for i in range(len(shape))]
         view = View.make(list(shape[:-n]) + list(outs) + list(kernel),
                          step[:-n] + [s * st for s, st in zip(strides, step[-n:])] +
                          [d * st for d, st in zip(dilations, step[-n:])])
-        return type(self)(lazy.load(target, view))
+        return type(self)(lazy.load(backing, view))
 
     def __getitem__(self, index) -> "Tensor":
         from tunesearch.tensor.index import getitem

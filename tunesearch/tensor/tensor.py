@@ -20,7 +20,7 @@ from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import DType, dtypes, result_dtype
 from tunesearch.graph.lazy import LazyNode
 from tunesearch.graph.ops import BinaryOps, ReduceOps, UnaryOps
-from tunesearch.graph.schedule import create_schedule, realize_target
+from tunesearch.graph.schedule import create_schedule, backing_node
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.lookup import TunedConfigs
 from tunesearch.runtime.realize import run_schedule
@@ -129,18 +129,18 @@ class Tensor(MovementMixin, UnaryMixin, NNMixin):
         """Run the kernels this tensor needs, with the tuned configs of `lookup` (default: the
         process's, `tunesearch.tensor.default_lookup()`)."""
         node = self.node
-        target = realize_target(node)
-        if target is not None and target.realized is not None:
+        backing = backing_node(node)
+        if backing is not None and backing.realized is not None:
             return self
         run_schedule(create_schedule([node]), default_lookup() if lookup is None else lookup)
-        if target is None:
+        if backing is None:
             self.node = lazy.load(node)
         return self
 
     def numpy(self, lookup: TunedConfigs | None = None) -> np.ndarray:
         """The values, realized first with the tuned configs of `lookup` (see `realize`)."""
         self.realize(lookup)
-        base = realize_target(self.node)
+        base = backing_node(self.node)
         buffer = base.realized
         return get_device(buffer.device).copyout(buffer).reshape(self.shape)
 
