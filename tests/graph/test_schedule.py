@@ -153,38 +153,27 @@ def movement_chain(draw):
     return shape, ops
 
 
-def apply_numpy(x, ops):
+# each movement op in numpy's words (the reference) and in Tensor's
+NUMPY_OPS = {"permute": lambda x, a: x.transpose(a), "reshape": lambda x, a: x.reshape(a),
+             "pad": np.pad, "shrink": lambda x, a: x[tuple(slice(lo, hi) for lo, hi in a)],
+             "flip": np.flip, "expand": np.broadcast_to}
+TENSOR_OPS = {"permute": lambda t, a: t.permute(a), "reshape": lambda t, a: t.reshape(a),
+              "pad": lambda t, a: t.pad(a), "shrink": lambda t, a: t.shrink(a),
+              "flip": lambda t, a: t.flip(a), "expand": lambda t, a: t.expand(a)}
+
+
+def apply_ops(x, ops, table):
     for kind, arg in ops:
-        if kind == "permute":
-            x = x.transpose(arg)
-        elif kind == "reshape":
-            x = x.reshape(arg)
-        elif kind == "pad":
-            x = np.pad(x, arg)
-        elif kind == "shrink":
-            x = x[tuple(slice(a, b) for a, b in arg)]
-        elif kind == "flip":
-            x = np.flip(x, arg)
-        else:
-            x = np.broadcast_to(x, arg)
+        x = table[kind](x, arg)
     return x
 
 
+def apply_numpy(x, ops):
+    return apply_ops(x, ops, NUMPY_OPS)
+
+
 def apply_tensor(t, ops):
-    for kind, arg in ops:
-        if kind == "permute":
-            t = t.permute(arg)
-        elif kind == "reshape":
-            t = t.reshape(arg)
-        elif kind == "pad":
-            t = t.pad(arg)
-        elif kind == "shrink":
-            t = t.shrink(arg)
-        elif kind == "flip":
-            t = t.flip(arg)
-        else:
-            t = t.expand(arg)
-    return t
+    return apply_ops(t, ops, TENSOR_OPS)
 
 
 @settings(max_examples=60, deadline=None)

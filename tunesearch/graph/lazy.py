@@ -145,19 +145,15 @@ def apply_numpy(op, args: list, dtype: DType):
 # ---- movement: pushed down to the leaves
 
 def move_view(view: View, op: MovementOps, arg) -> Optional[View]:
-    if op is MovementOps.RESHAPE:
-        return view.reshape(arg)
-    if op is MovementOps.PERMUTE:
-        return view.permute(arg)
-    if op is MovementOps.EXPAND:
-        return view.expand(arg)
-    if op is MovementOps.PAD:
-        return view.pad(arg)
-    if op is MovementOps.SHRINK:
-        return view.shrink(arg)
-    if op is MovementOps.FLIP:
-        return view.flip(arg)
-    raise NotImplementedError(op)
+    """The view after a movement op: each op is the View method of its name."""
+    if op not in _VIEW_METHODS:
+        raise NotImplementedError(op)
+    return getattr(view, _VIEW_METHODS[op])(arg)
+
+
+_VIEW_METHODS = {MovementOps.RESHAPE: "reshape", MovementOps.PERMUTE: "permute",
+                 MovementOps.EXPAND: "expand", MovementOps.PAD: "pad",
+                 MovementOps.SHRINK: "shrink", MovementOps.FLIP: "flip"}
 
 
 def movement(node: LazyNode, op: MovementOps, arg) -> LazyNode:

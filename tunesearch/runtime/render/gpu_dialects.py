@@ -24,6 +24,10 @@ class GPUDialect(Dialect):
     global_qual = ""  # the address space of a buffer parameter
     local_qual = ""   # the address space of an array shared by a work-group
     unroll_pragma = "#pragma unroll {n}"
+    # how a float16 element is read into a float and a float written into one, in the
+    # dialect's words: {pointer}, {index} and {value} are filled in
+    half_read = "{pointer}[{index}]"
+    half_write = "{pointer}[{index}] = {value};"
 
     def type_name(self, dtype: DType) -> str:
         # half is widened to float in registers; storage_type keeps it half in memory
@@ -34,10 +38,12 @@ class GPUDialect(Dialect):
         return dtype.c_name
 
     def read(self, dtype: DType, pointer: str, index: str) -> str:
-        return f"{pointer}[{index}]"
+        spelling = self.half_read if dtype is dtypes.float16 else "{pointer}[{index}]"
+        return spelling.format(pointer=pointer, index=index)
 
     def write(self, dtype: DType, pointer: str, index: str, value: str) -> str:
-        return f"{pointer}[{index}] = {value};"
+        spelling = self.half_write if dtype is dtypes.float16 else "{pointer}[{index}] = {value};"
+        return spelling.format(pointer=pointer, index=index, value=value)
 
     def header(self, buffer_dtypes: set[DType]) -> str:
         """Lines that must precede the kernels; repeating them is harmless, so sources that each
@@ -58,6 +64,8 @@ class GPUDialect(Dialect):
 class OpenCLDialect(GPUDialect):
     """OpenCL C 1.2: __kernel, __global, __local, get_local_id(0), barrier(CLK_LOCAL_MEM_FENCE)."""
     name = "opencl"
+    half_read = "vload_half({index}, {pointer})"
+    half_write = "vstore_half({value}, {index}, {pointer});"
     restrict = "restrict"
     local_id = "(int)get_local_id(0)"
     group_id = "(int)get_group_id(0)"
@@ -80,16 +88,6 @@ class OpenCLDialect(GPUDialect):
             return f"((uchar)(({x})!=0))"
         return super().unary(op, x, dtype)
 
-    def read(self, dtype: DType, pointer: str, index: str) -> str:
-        if dtype is dtypes.float16:
-            return f"vload_half({index}, {pointer})"
-        return f"{pointer}[{index}]"
-
-    def write(self, dtype: DType, pointer: str, index: str, value: str) -> str:
-        if dtype is dtypes.float16:
-            return f"vstore_half({value}, {index}, {pointer});"
-        return f"{pointer}[{index}] = {value};"
-
     def signature(self, name: str, params: list[str], work_group: int) -> str:
         return (f"__kernel __attribute__((reqd_work_group_size({work_group}, 1, 1))) "
                 f"void {name}({', '.join(params)})")
@@ -104,6 +102,8 @@ class CUDADialect(GPUDialect):
     group_id = "(int)blockIdx.x"
     barrier = "__syncthreads();"
     local_qual = "__shared__"
+    half_read = "ts_half_to_float({pointer}[{index}])"
+    half_write = "{pointer}[{index}] = ts_float_to_half({value});"
 
     def literal(self, value, dtype: DType) -> str:
         # NVRTC has no math.h: spell infinities and NaN through their bit patterns
@@ -115,16 +115,6 @@ class CUDADialect(GPUDialect):
 
     def storage_type(self, dtype: DType) -> str:
         return "unsigned short" if dtype is dtypes.float16 else dtype.c_name
-
-    def read(self, dtype: DType, pointer: str, index: str) -> str:
-        if dtype is dtypes.float16:
-            return f"ts_half_to_float({pointer}[{index}])"
-        return f"{pointer}[{index}]"
-
-    def write(self, dtype: DType, pointer: str, index: str, value: str) -> str:
-        if dtype is dtypes.float16:
-            return f"{pointer}[{index}] = ts_float_to_half({value});"
-        return f"{pointer}[{index}] = {value};"
 
     def header(self, buffer_dtypes: set[DType]) -> str:
         # NVRTC ships no cuda_fp16.h: convert with the PTX instructions themselves
