@@ -8,9 +8,9 @@ from typing import Callable, Iterable, Mapping
 from tunesearch.db.leases import DEFAULT_TTL_S, WorkItem
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Device
+from tunesearch.search._spawn import machine_cores
 from tunesearch.search.measure import DeviceMeasurer, Measurer
 from tunesearch.search.results import Budget
-from tunesearch.search.runner import machine_cores
 from tunesearch.search.tune import unique_kernels
 
 DB_WAIT_S = 60.0      # how long a worker waits for an unreachable database before it stops
