@@ -3,11 +3,12 @@
     DeviceSpec.of("cpu")               # a device as a spawned process rebuilds it
     BuildResult(source, artifact, seconds, layouts) or BuildResult.failed("compile", message)
     RunSetup(...), RunRequest(...)     # to the runner process; it answers Ready() or a RunResult
+    WorkerReply("ok", leases_done=3)   # a worker process's last word to run_workers
 
 Failures are data: a config that does not compile is a BuildResult with an error, a candidate
-that crashes or hangs a RunResult with one. The compile processes and the runner process (see
-_runner_child.py for its protocol) import this module, so it imports nothing heavy (no Optuna,
-SQLAlchemy or rich).
+that crashes or hangs a RunResult with one, a worker that stopped a WorkerReply saying why. The
+compile processes, the runner process (see _runner_child.py for its protocol) and the worker
+processes all import this module, so it imports nothing heavy (no Optuna, SQLAlchemy or rich).
 """
 from __future__ import annotations
 
@@ -179,3 +180,16 @@ class RunResult:
     @staticmethod
     def failed(error: str, message: str, restart: bool = False) -> RunResult:
         return RunResult(error=error, message=message, restart=restart)
+
+
+@dataclass(frozen=True)
+class WorkerReply:
+    """A worker process's one message before it exits: how it ended.
+
+    outcome: "ok" (no work left; leases_done says how many it finished), "interrupted"
+    (Ctrl-C), "error" (message says why it stopped) or "died" (it exited without a word:
+    written by the parent, never sent).
+    """
+    outcome: str
+    leases_done: int = 0
+    message: str = ""

@@ -22,6 +22,7 @@ from tunesearch.db import (DatabaseError, DeviceRecord, KernelRecord, ResultReco
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Device, DeviceUnavailable, get_device
 from tunesearch.search.measure import DeviceMeasurer, Measurer
+from tunesearch.search.messages import DeviceSpec
 from tunesearch.search.progress import Progress, RichProgress
 from tunesearch.search.results import (Budget, KernelResult, MeasureResult, SearchResult,
                                        TuneError, TuneReport)
@@ -66,13 +67,15 @@ def unique_kernels(kernels: Iterable) -> list[tuple[Kernel, int]]:
     return [(kernel, n) for kernel, n in counts.values()]
 
 
-def _device(device: str | Device) -> Device:
-    if not isinstance(device, str):
+def open_device(device: str | Device | DeviceSpec) -> Device:
+    """The device to tune on; TuneError (one line) where it cannot be used here."""
+    if not isinstance(device, (str, DeviceSpec)):
         return device
     try:
-        return get_device(device)
+        return get_device(device) if isinstance(device, str) else device.open()
     except (DeviceUnavailable, ImportError) as exc:
-        raise TuneError(f"cannot tune on device {device!r}: {exc}") from None
+        name = device if isinstance(device, str) else device.name
+        raise TuneError(f"cannot tune on device {name!r}: {exc}") from None
 
 
 def _result(job: _Job, search: SearchResult | None, status: str) -> KernelResult:
@@ -192,7 +195,7 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
         raise TuneError(problem)
     if sampler not in SAMPLERS:
         raise TuneError(f"unknown sampler {sampler!r}; known samplers: {', '.join(SAMPLERS)}")
-    dev = _device(device)
+    dev = open_device(device)
     info = dev.info()
     if store is not None:
         check_writable(store, dev)  # refused now, not after the search
