@@ -41,8 +41,8 @@ from tunesearch.search.planning import (
 )
 from tunesearch.search.progress import describe
 from tunesearch.search.results import Budget, KernelResult, TuneError, TuneReport
-from tunesearch.search.samplers import DEFAULT_SAMPLER, SAMPLERS
-from tunesearch.search.tune import open_device
+from tunesearch.search.samplers import DEFAULT_SAMPLER
+from tunesearch.search.tune import check_arguments
 from tunesearch.search.worker import WorkerError, _worker_main
 from tunesearch.space.config import Config, ConfigError
 
@@ -101,11 +101,9 @@ def _kernel_result(store: Store, kernel: Kernel, occurrences: int, device_key: s
     status = "stored" if message == "already in the database" else "tuned"
     if any(state not in (DONE, FAILED) for state in states):
         status, message = "interrupted", "the best so far; the next run continues its study"
-    return replace(base, status=status, config=config, time_s=record.time_s,
-                   spread=record.spread, gflops=record.gflops, gbps=record.gbps,
-                   default_time_s=record.default_time_s or None, speedup=record.speedup or None,
-                   trials=record.trials, sampler=record.sampler, saved=status != "stored",
-                   message=message if status != "tuned" else "")
+    return KernelResult.from_record(kernel, occurrences, record, config, status,
+                                    saved=status != "stored",
+                                    message=message if status != "tuned" else "")
 
 
 def _report(board: LeaseBoard, planned, device, interrupted: bool, seconds: float,
@@ -140,17 +138,10 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
     how long a dead worker's kernel stays locked; heartbeat_s (default ttl_s / 3) how often a
     lease is renewed. measurer(device, seed, n_workers) makes each worker's measurer (default:
     real measurements). constants: as for `tune_kernels`. Raises TuneError before anything
-    runs for a bad budget, sampler, number of workers or device, and when every worker stopped
-    with an error before the work was done.
+    runs for a bad budget, sampler, number of workers or device (the checks `tune_kernels`
+    makes), and when every worker stopped with an error before the work was done.
     """
-    problem = budget.problem()
-    if problem:
-        raise TuneError(problem)
-    if sampler not in SAMPLERS:
-        raise TuneError(f"unknown sampler {sampler!r}; known samplers: {', '.join(SAMPLERS)}")
-    if n_workers < 1:
-        raise TuneError(f"--workers must be at least 1, not {n_workers}")
-    dev = open_device(device)
+    dev = check_arguments(budget, sampler, device, n_workers)
     info = dev.info()
     start = time.monotonic()
     store = Store(db_url)
