@@ -108,22 +108,23 @@ def fault(kind: str) -> dict:
 
 def runner_restart() -> dict:
     """Candidates in the runner process: good, faulting, good again."""
-    from tunesearch.search._runner_child import Timing, guard_values
-    from tunesearch.search.runner import Runner
+    from tunesearch.search._runner_child import guard_values
+    from tunesearch.search.messages import DeviceSpec, RunRequest, RunSetup, Timing
+    from tunesearch.search.runner import ProcessRunner
     names = ("good", "standin_illegal_address")
     text = "".join(COPY.format(name=n) for n in names)
     artifact = b"cubin\n" + compile_cubin(text, "sm_90")
     sources = {n: Source(text, n, "key", 2, (SIZE,), (BLOCK,)) for n in names}
-    runner = Runner("cuda")
-    runner.load("key", [(SIZE, "float32"), (SIZE, "float32")],
-                [np.arange(SIZE, dtype=np.float32)], np.full(SIZE, -7.0, np.float32),
-                guard_values("float32", 64))
+    runner = ProcessRunner(DeviceSpec.of("cuda"))
+    runner.load(RunSetup("key", ((SIZE, "float32"), (SIZE, "float32")),
+                         (np.arange(SIZE, dtype=np.float32),), np.full(SIZE, -7.0, np.float32),
+                         guard_values("float32", 64)))
     timing = Timing(warmup=0, min_time_s=0.0, min_repeats=1, max_repeats=1)
     replies = []
     for name in ("good", "standin_illegal_address", "good"):
-        reply = runner.run(artifact, sources[name], timing, timeout_s=60)
-        replies.append([reply[0], str(reply[1]) if reply[0] == "error" else "",
-                        str(reply[2]) if reply[0] == "error" else ""])
+        result = runner.run(RunRequest(artifact, sources[name], timing, timeout_s=60))
+        replies.append({"error": result.error, "message": result.message,
+                        "restart": result.restart})
     runner.close()
     return {"replies": replies, "restarts": runner.restarts}
 
@@ -132,17 +133,19 @@ def compile_pool() -> dict:
     """A kernel's configs through the compile pool: results, and which processes made contexts."""
     from tests.catalogue import catalogue
     from tunesearch.runtime.device import get_device
-    from tunesearch.search.runner import CompilePool
+    from tunesearch.search.builder import ProcessPoolBuilder
+    from tunesearch.search.messages import DeviceSpec
     from tunesearch.space.spaces import space_for
     kernel = dict(catalogue())["matmul_square"]
     space = space_for(kernel, get_device("cuda").info().target)
-    pool = CompilePool("cuda", workers=2)
+    builder = ProcessPoolBuilder(DeviceSpec.of("cuda"), workers=2)
     try:
-        results = pool.compile(kernel, [space.default(), space.naive()])
+        results = builder.build(kernel, [space.default(), space.naive()])
     finally:
-        pool.close()
+        builder.close()
     contexts = calls("cuDevicePrimaryCtxRetain")
-    return {"kinds": [r[0] for r in results], "errors": [r[1] for r in results if r[0] != "ok"],
+    return {"kinds": [r.error or "ok" for r in results],
+            "errors": [r.message for r in results if not r.ok],
             "me": os.getpid(), "context_pids": sorted(contexts)}
 
 

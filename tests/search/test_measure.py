@@ -158,16 +158,16 @@ def test_constant_operands_are_timed_packed_ahead_and_verified():
     assert configs, "no config packs the weight"
     with DeviceMeasurer("cpu") as measurer:
         plain = measurer.measure(kernel, configs)
-        assert all(not measurer._built[(kernel.key, c)][2] for c in configs)
+        assert all(not measurer._built[(kernel.key, c)].layouts for c in configs)
         measurer.use_constants({kernel.key: frozenset({2})})
         packed = measurer.measure(kernel, configs)
         for config, result in zip(configs, packed):
-            source, _, layouts = measurer._built[(kernel.key, config)]
-            assert set(layouts) == {2} and "pk2 = data2;" in source.text
+            built = measurer._built[(kernel.key, config)]
+            assert set(built.layouts) == {2} and "pk2 = data2;" in built.source.text
             assert result.ok and result.max_error <= verify.tolerance(kernel), result
         assert all(r.ok for r in plain)
         # a config that packs only the other operand reads nothing ahead
         other = next((c for c in space.enumerate() if c.get("pack") == (1,)), None)
         if other is not None:
             [result] = measurer.measure(kernel, [other])
-            assert result.ok and not measurer._built[(kernel.key, other)][2]
+            assert result.ok and not measurer._built[(kernel.key, other)].layouts

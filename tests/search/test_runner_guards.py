@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from tunesearch.runtime.device import Source, get_device
-from tunesearch.search._runner_child import Timing, guard_values
-from tunesearch.search.runner import Runner
+from tunesearch.search._runner_child import guard_values
+from tunesearch.search.messages import DeviceSpec, RunRequest, RunSetup, Timing
+from tunesearch.search.runner import ProcessRunner
 
 TEMPLATE = """
 static int calls = 0;
@@ -33,11 +34,16 @@ def _build(n: int, fault: str = "") -> tuple[bytes, Source]:
     return device.compile(source), source
 
 
-def _runner(n: int) -> tuple[Runner, np.ndarray]:
-    runner = Runner("cpu")
-    inputs = [np.linspace(-1.0, 1.0, n, dtype=np.float32)]
-    runner.load(f"guards{n}", [(n, "float32"), (n, "float32")], inputs,
-                np.full(n, np.nan, np.float32), guard_values("float32", 64))
+def _request(built: tuple[bytes, Source], timing: Timing = Timing(),
+             timeout_s: float = 30.0) -> RunRequest:
+    return RunRequest(*built, timing, timeout_s)
+
+
+def _runner(n: int) -> tuple[ProcessRunner, np.ndarray]:
+    runner = ProcessRunner(DeviceSpec.of("cpu"))
+    inputs = (np.linspace(-1.0, 1.0, n, dtype=np.float32),)
+    runner.load(RunSetup(f"guards{n}", ((n, "float32"), (n, "float32")), inputs,
+                         np.full(n, np.nan, np.float32), guard_values("float32", 64)))
     return runner, inputs[0] * 2.0
 
 
@@ -49,16 +55,16 @@ def test_a_kernel_touching_memory_it_does_not_own_is_caught(n, fault):
     runner, expected = _runner(n)
     good = _build(n)
     try:
-        reply = runner.run(*_build(n, FAULTS[fault]), Timing(), timeout_s=30.0)
-        if reply[0] == "error":
-            assert reply[1] == "crash" and "SIGSEGV" in reply[2], reply
+        result = runner.run(_request(_build(n, FAULTS[fault])))
+        if not result.ok:
+            assert result.error == "crash" and "SIGSEGV" in result.message, result
         else:  # it did not fault: the canary in front of the output says what happened
-            assert fault == "before the start" and n == 64, reply
-            assert "before the start of its output" in reply[3]
+            assert fault == "before the start" and n == 64, result
+            assert "before the start of its output" in result.violation
         for _ in range(2):  # the runner starts again, and the canary is written afresh
-            done, first, times, violation, changed = runner.run(*good, Timing(), 30.0)
-            assert (done, violation, changed) == ("done", None, None)
-            np.testing.assert_array_equal(first, expected)
+            result = runner.run(_request(good))
+            assert (result.error, result.violation, result.changed) == (None, None, None)
+            np.testing.assert_array_equal(result.first, expected)
     finally:
         runner.close()
 
@@ -68,11 +74,10 @@ def test_an_output_that_changes_between_runs_is_caught_when_timed_once():
     try:
         changing = _build(64, "if (calls > 0) out[3] += 1.0f;")
         # a cutoff below any run: the candidate is far too slow, and timed once
-        done, first, times, violation, changed = runner.run(*changing,
-                                                            Timing(cutoff_s=1e-12), 30.0)
-        assert done == "done" and len(times) == 1 and violation is None
-        np.testing.assert_array_equal(first, expected)  # the first run was right
-        assert changed is not None and changed[3] == expected[3] + 1.0
+        result = runner.run(_request(changing, Timing(cutoff_s=1e-12)))
+        assert result.ok and len(result.times) == 1 and result.violation is None
+        np.testing.assert_array_equal(result.first, expected)  # the first run was right
+        assert result.changed is not None and result.changed[3] == expected[3] + 1.0
     finally:
         runner.close()
 
@@ -103,16 +108,16 @@ def test_a_device_without_guard_pages_checks_canary_and_inputs(fault):
         source = Source(CL_TEMPLATE % body, "k", "guards-cl", 2, (64,), (16,))
         return device.compile(source), source
 
-    runner = Runner("opencl")
-    inputs = [np.linspace(-1.0, 1.0, 64, dtype=np.float32)]
-    runner.load("guards-cl", [(64, "float32"), (64, "float32")], inputs,
-                np.full(64, np.nan, np.float32), guard_values("float32", 64))
+    runner = ProcessRunner(DeviceSpec.of("opencl"))
+    inputs = (np.linspace(-1.0, 1.0, 64, dtype=np.float32),)
+    runner.load(RunSetup("guards-cl", ((64, "float32"), (64, "float32")), inputs,
+                         np.full(64, np.nan, np.float32), guard_values("float32", 64)))
     body, words = CL_FAULTS[fault]
     try:
-        reply = runner.run(*build(body), Timing(), 60.0)
-        assert reply[0] == "done" and words in reply[3], reply
-        done, first, _, violation, _ = runner.run(*build(""), Timing(), 60.0)
-        assert (done, violation) == ("done", None)
-        np.testing.assert_array_equal(first, inputs[0] * 2.0)
+        result = runner.run(_request(build(body), timeout_s=60.0))
+        assert result.ok and words in result.violation, result
+        result = runner.run(_request(build(""), timeout_s=60.0))
+        assert (result.error, result.violation) == (None, None)
+        np.testing.assert_array_equal(result.first, inputs[0] * 2.0)
     finally:
         runner.close()

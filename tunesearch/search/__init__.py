@@ -4,9 +4,11 @@
     report = tune_kernels(kernels, "cpu", Budget(trials=50), sampler="tpe", store=store)
     print(report.to_json())
 
-measure.py measures candidates (compiled in parallel, run in an isolated process, verified
-against the numpy reference, timed robustly); study.py searches one kernel; samplers.py holds the
-samplers by name; tune.py tunes a list of kernels, shares the budget out and writes the store.
+measure.py measures candidates: compiled in parallel by a Builder (builder.py), run in an
+isolated process by a Runner (runner.py), verified against the numpy reference, timed robustly;
+messages.py holds what crosses between the processes. study.py searches one kernel; samplers.py
+holds the samplers by name; tune.py tunes a list of kernels, shares the budget out and writes the
+store.
 supervise.py tunes with several worker processes into one database (planning.py plans their
 leases, worker.py is one worker's loop; the leases and the Optuna studies' storage are
 `tunesearch.db`'s).
@@ -19,6 +21,10 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
+    "Builder": "builder", "ProcessPoolBuilder": "builder",
+    "Runner": "runner", "ProcessRunner": "runner",
+    "BuildResult": "messages", "DeviceSpec": "messages", "RunRequest": "messages",
+    "RunResult": "messages", "RunSetup": "messages", "Timing": "messages",
     "DeviceMeasurer": "measure", "Measurer": "measure", "SimulatedMeasurer": "measure",
     "Progress": "progress", "RichProgress": "progress", "summary_table": "progress",
     "ERROR_KINDS": "results", "Budget": "results", "KernelResult": "results",
@@ -28,7 +34,6 @@ _EXPORTS = {
     "sampler_names": "samplers",
     "search_kernel": "study", "study_name": "study",
     "tune_kernels": "tune", "unique_kernels": "tune",
-    "Timing": "_runner_child",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,17 +1,21 @@
 """The runner process: runs candidates so that one which crashes or hangs takes only it down.
 
-It is started (spawned, not forked: the tuner has threads) by runner.Runner, keeps the current
-kernel's inputs on the device between trials, and answers one message at a time over a pipe:
+It is started (spawned, not forked: the tuner has threads) by runner.ProcessRunner with the
+DeviceSpec it rebuilds its device from, keeps the current kernel's inputs on the device between
+trials, and answers one message at a time over a pipe (the messages are search/messages.py's):
 
-    ("setup", kernel_key, buffer_specs, inputs, fill, guard, kernel)  ->  ("ready",)
-    ("run", artifact, source, timing, config, layouts)  ->  ("done", first, times, violation,
-                                                              last_if_changed)
-                                                        or  ("error", kind, message)
-                                                        or  ("error", kind, message, RESTART)
+    (on start)                           ->  Ready()      or  RunResult(error="crash", ...)
+    RunSetup(kernel_key, buffer_specs, inputs, fill, guard, kernel)
+                                         ->  Ready()      or  RunResult(error="crash", ...)
+    RunRequest(artifact, source, timing, timeout_s, config, layouts)
+                                         ->  RunResult(first, times, violation, changed)
+                                         or  RunResult(error="crash", message[, restart=True])
+    StopRequest()                        ->  (the process ends)
 
-A reply that ends in RESTART comes from a process that has lost its device (a GPU kernel faulted
-and left its context unusable, so every later candidate would fail too): it exits after sending
-it, and the runner starts a new one for the next candidate.
+A RunResult with restart=True comes from a process that has lost its device (a GPU kernel
+faulted and left its context unusable, so every later candidate would fail too): it exits after
+sending it, and the runner starts a new one for the next candidate. The hard limit (timeout_s)
+is the parent's to enforce: it kills a process that does not answer in time.
 
 `fill` is what the output holds before the first run (it differs from the reference everywhere,
 so unwritten elements show up). A candidate must touch only its own buffers, and write only its
@@ -31,27 +35,14 @@ from __future__ import annotations
 import signal
 import time
 import traceback
-from dataclasses import dataclass
 
 import numpy as np
 
 from tunesearch.graph.dtypes import dtypes
 from tunesearch.runtime.device import DeviceLost
 from tunesearch.search._guarded import GuardedArray
-
-RESTART = "restart"
-
-
-@dataclass(frozen=True)
-class Timing:
-    """How a candidate is timed: warm-up runs, then repeats until min_time_s of measured time
-    (at least min_repeats, at most max_repeats); one run slower than cutoff_s ends it early."""
-    warmup: int = 1
-    min_time_s: float = 0.05
-    min_repeats: int = 3
-    max_repeats: int = 200
-    cutoff_s: float | None = None
-
+from tunesearch.search.messages import (DeviceSpec, Ready, RunRequest, RunResult, RunSetup,
+                                        StopRequest)
 
 def guard_values(dtype_name: str, count: int) -> np.ndarray:
     """The canary written after the output: values no kernel is likely to write."""
@@ -69,9 +60,8 @@ class _Session:
     MAX_PROGRAMS = 256
     MAX_PANELS = 8
 
-    def __init__(self, device_name: str):
-        from tunesearch.runtime.device import get_device
-        self.device = get_device(device_name)
+    def __init__(self, device: DeviceSpec):
+        self.device = device.open()
         self.guarded = bool(getattr(self.device, "host_memory", False))
         self.buffers: list = []
         self.size = 0
@@ -83,12 +73,13 @@ class _Session:
         self.values: list[np.ndarray] = []  # the inputs' values, which panels are packed from
         self.panels: dict[tuple, object] = {}  # (buffer index, layout) -> its panel's buffer
 
-    def setup(self, buffer_specs, inputs, fill, guard, kernel=None) -> None:
+    def setup(self, request: RunSetup) -> None:
         self.buffers, self.output, self.panels = [], None, {}  # the previous kernel's go first
-        self.kernel, self.values = kernel, list(inputs)
-        out_dtype = dtypes.by_name(buffer_specs[0][1])
-        self.size = buffer_specs[0][0]
-        in_dtypes = [dtypes.by_name(name) for _, name in buffer_specs[1:]]
+        inputs, fill, guard = request.inputs, request.fill, request.guard
+        self.kernel, self.values = request.kernel, list(inputs)
+        out_dtype = dtypes.by_name(request.buffer_specs[0][1])
+        self.size = request.buffer_specs[0][0]
+        in_dtypes = [dtypes.by_name(name) for _, name in request.buffer_specs[1:]]
         if self.guarded:
             self.prefill = np.asarray(fill, out_dtype.np)
             self.output = GuardedArray(self.size, out_dtype.np)
@@ -148,16 +139,17 @@ class _Session:
                 self.panels[key] = self.device.from_numpy(panel, dtype)
         return self.panels[key]
 
-    def run(self, artifact: bytes, source, timing: Timing, config=None, layouts=None):
-        key = (artifact, source.entry)  # one artifact may hold several entries
+    def run(self, request: RunRequest) -> RunResult:
+        key = (request.artifact, request.source.entry)  # one artifact may hold several entries
         program = self.programs.get(key)
         if program is None:
             if len(self.programs) >= self.MAX_PROGRAMS:
                 self.programs.clear()
-            program = self.programs[key] = self.device.load(artifact, source)
+            program = self.programs[key] = self.device.load(request.artifact, request.source)
         buffers = list(self.buffers)  # the output stays buffers[0]; panels replace inputs
-        for index, layout in (layouts or {}).items():
-            buffers[index] = self._panel(config, index, layout)
+        for index, layout in request.layouts.items():
+            buffers[index] = self._panel(request.config, index, layout)
+        timing = request.timing
         out = buffers[0]
         self.device.copyin(out, self.prefill)
         if self.output is not None:
@@ -170,13 +162,14 @@ class _Session:
         first = full[:self.size].copy()
         violation = self.violation(full)
         if violation is not None:
-            return first, [cold], violation, None
+            return RunResult(first, (cold,), violation)
         if timing.cutoff_s is not None and cold > timing.cutoff_s:
             # far too slow to be worth timing carefully; run once more all the same, so that an
             # output that changes from run to run shows here too
             program.run(buffers)
             self.device.synchronize()
-            return first, [cold], self.violation(self.device.copyout(out)), self._changed(first)
+            return RunResult(first, (cold,), self.violation(self.device.copyout(out)),
+                             self._changed(first))
         for _ in range(timing.warmup):
             program.run(buffers)
         times: list[float] = []
@@ -190,7 +183,8 @@ class _Session:
             if timing.cutoff_s is not None and elapsed > timing.cutoff_s:
                 break
         self.device.synchronize()
-        return first, times, self.violation(self.device.copyout(out)), self._changed(first)
+        return RunResult(first, tuple(times), self.violation(self.device.copyout(out)),
+                         self._changed(first))
 
     def _changed(self, first: np.ndarray) -> np.ndarray | None:
         """The output now, where it differs from the first run's."""
@@ -198,46 +192,32 @@ class _Session:
         return None if np.array_equal(last, first, equal_nan=True) else last.copy()
 
 
-def register_devices(registry: dict[str, str]) -> None:
-    """Devices registered at run time in the parent (tests, plugins) exist here too."""
-    from tunesearch.runtime import device
-    for name, spec in registry.items():
-        device.DEVICES.setdefault(name, spec)
-
-
-def serve(conn, device_name: str, registry: dict[str, str]) -> None:
+def serve(conn, device: DeviceSpec) -> None:
     """The main loop of the runner process (the target of the spawned process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
     try:
-        register_devices(registry)
-        session = _Session(device_name)
+        session = _Session(device)
     except Exception as exc:  # noqa: BLE001  (reported to the parent, which says why)
-        conn.send(("error", "crash", f"{type(exc).__name__}: {exc}"))
+        conn.send(RunResult.failed("crash", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready",))
+    conn.send(Ready())
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
             return
         try:
-            if message[0] == "setup":
-                session.setup(*message[2:])
-                conn.send(("ready",))
-            elif message[0] == "run":
-                conn.send(("done", *session.run(*message[1:])))
-            elif message[0] == "stop":
+            if isinstance(message, RunSetup):
+                session.setup(message)
+                conn.send(Ready())
+            elif isinstance(message, RunRequest):
+                conn.send(session.run(message))
+            elif isinstance(message, StopRequest):
                 return
         except DeviceLost as exc:  # nothing more can run here: say why, and end the process
-            conn.send(("error", "crash", f"{exc}; the runner process restarts", RESTART))
+            conn.send(RunResult.failed("crash", f"{exc}; the runner process restarts",
+                                       restart=True))
             return
         except Exception as exc:  # noqa: BLE001  (a failing candidate is data for the parent)
             detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            conn.send(("error", "crash", detail))
-
-
-def spawnable(device_name: str) -> dict[str, str]:
-    """The registry entries a fresh process needs to build device_name."""
-    from tunesearch.runtime import device
-    base = device_name.split(":")[0].lower()
-    return {base: device.DEVICES[base]} if base in device.DEVICES else {}
+            conn.send(RunResult.failed("crash", detail))

@@ -5,8 +5,10 @@
         result.time_s, result.spread      # or result.error, result.message
 
 A Measurer answers a batch of configs of one kernel with one MeasureResult each. DeviceMeasurer
-does it for real; SimulatedMeasurer answers from a table or a function, so search strategies can
-be tested and compared without hardware.
+does it for real, with a Builder (builder.py: a pool of compile processes) and a Runner
+(runner.py: an isolated process with hard timeouts), and checks every output against the
+reference; SimulatedMeasurer answers from a table or a function, so search strategies can be
+tested and compared without hardware.
 """
 from __future__ import annotations
 
@@ -19,11 +21,14 @@ from typing import Callable, Mapping, Union
 import numpy as np
 
 from tunesearch.graph.kernel import Kernel
-from tunesearch.runtime.device import Device, Source
+from tunesearch.runtime.device import Device
 from tunesearch.search import verify
+from tunesearch.search._runner_child import guard_values
+from tunesearch.search._spawn import machine_cores
+from tunesearch.search.builder import Builder, ProcessPoolBuilder
+from tunesearch.search.messages import BuildResult, DeviceSpec, RunRequest, RunSetup, Timing
 from tunesearch.search.results import MeasureResult
-from tunesearch.search.runner import CompilePool, Runner, machine_cores
-from tunesearch.search._runner_child import Timing, guard_values
+from tunesearch.search.runner import ProcessRunner, Runner
 from tunesearch.space.config import Config
 
 GUARD_ELEMENTS = 4096
@@ -83,28 +88,32 @@ class _KernelState:
 class DeviceMeasurer(Measurer):
     """Real measurements on a device, safe against candidates that crash, hang or lie.
 
-    timeout_s is the floor of the hard limit on one run in the runner process (the limit grows with the
-    fastest time seen: a candidate `slow_cutoff` times slower than it is timed once and dropped);
-    first_timeout_s applies while a kernel has no time yet. `timing` is for trials, `final_timing`
-    for re-timing finalists.
+    timeout_s is the floor of the hard limit on one run in the runner process (the limit grows
+    with the fastest time seen: a candidate `slow_cutoff` times slower than it is timed once and
+    dropped); first_timeout_s applies while a kernel has no time yet. `timing` is for trials,
+    `final_timing` for re-timing finalists. builder and runner: a ProcessPoolBuilder of
+    compile_workers processes and a ProcessRunner unless given.
     """
 
-    def __init__(self, device: str | Device, *, seed: int = 0, timeout_s: float = 10.0,
-                 first_timeout_s: float = 120.0, timing: Timing = Timing(),
+    def __init__(self, device: str | Device | DeviceSpec, *, seed: int = 0,
+                 timeout_s: float = 10.0, first_timeout_s: float = 120.0,
+                 timing: Timing = Timing(),
                  final_timing: Timing = Timing(warmup=1, min_time_s=0.25, min_repeats=7,
                                                max_repeats=2000),
                  compile_workers: int | None = None, compile_timeout_s: float = 300.0,
-                 slow_cutoff: float = 10.0, kernels_kept: int = 4):
-        self.device_name = device if isinstance(device, str) else device.name
+                 slow_cutoff: float = 10.0, kernels_kept: int = 4,
+                 builder: Builder | None = None, runner: Runner | None = None):
+        self.device = DeviceSpec.of(device)
         self.seed, self.timeout_s, self.first_timeout_s = seed, timeout_s, first_timeout_s
         self.timing, self.final_timing, self.slow_cutoff = timing, final_timing, slow_cutoff
-        self.pool = CompilePool(self.device_name, compile_workers, compile_timeout_s)
-        self.runner = Runner(self.device_name)
+        self.builder = builder or ProcessPoolBuilder(self.device, compile_workers,
+                                                     compile_timeout_s)
+        self.runner = runner or ProcessRunner(self.device)
         self.batch_size = compile_workers or machine_cores()
         self._kernels: OrderedDict[str, _KernelState] = OrderedDict()
         self._kernels_kept = kernels_kept
         self._results: dict[tuple[str, Config], MeasureResult] = {}
-        self._built: dict[tuple[str, Config], tuple[Source, bytes, dict]] = {}
+        self._built: dict[tuple[str, Config], BuildResult] = {}  # successful builds only
         self._constants: dict[str, frozenset[int]] = {}
 
     def use_constants(self, constants: Mapping[str, frozenset[int]]) -> None:
@@ -145,22 +154,22 @@ class DeviceMeasurer(Measurer):
         if not configs:
             return []
         missing = [c for c in configs if (kernel.key, c) not in self._built]
-        compiling = self.pool.submit(kernel, missing,
-                                     self._constants.get(kernel.key, frozenset()))
+        building = self.builder.submit(kernel, missing,
+                                       self._constants.get(kernel.key, frozenset()))
         state = self.state(kernel)  # the reference is computed while the compilers run
         failed: dict[Config, MeasureResult] = {}
-        for config, built in zip(missing, self.pool.collect(compiling)):
-            if built[0] == "ok":
-                self._built[(kernel.key, config)] = (built[1], built[2], built[4])
+        for config, built in zip(missing, self.builder.collect(building)):
+            if built.ok:
+                self._built[(kernel.key, config)] = built
             else:
-                failed[config] = MeasureResult.failed(config, "compile", built[1])
-        buffer_specs = [(b.size, b.dtype.name) for b in kernel.buffers]
-        self.runner.load(kernel.key, buffer_specs, state.inputs, state.fill, state.guard,
-                         kernel)
+                failed[config] = MeasureResult.failed(config, built.error, built.message)
+        buffer_specs = tuple((b.size, b.dtype.name) for b in kernel.buffers)
+        self.runner.load(RunSetup(kernel.key, buffer_specs, tuple(state.inputs), state.fill,
+                                  state.guard, kernel))
         return [failed[c] if c in failed else self._run_one(state, c, final) for c in configs]
 
     def _run_one(self, state: _KernelState, config: Config, final: bool) -> MeasureResult:
-        source, artifact, layouts = self._built[(state.kernel.key, config)]
+        built = self._built[(state.kernel.key, config)]
         timing = self.final_timing if final else self.timing
         if state.best_s is None:
             timeout = self.first_timeout_s
@@ -172,27 +181,28 @@ class DeviceMeasurer(Measurer):
                 timing = replace(timing, cutoff_s=cutoff)
             timeout = self.timeout_s + timing.min_time_s + \
                 (2 + timing.warmup + timing.min_repeats) * cutoff
-        reply = self.runner.run(artifact, source, timing, timeout, config, layouts)
-        if reply[0] == "error":
-            return MeasureResult.failed(config, reply[1], reply[2])
-        first, times, violation, changed = reply[1:]
-        if violation is not None:
-            return MeasureResult.failed(config, "crash", f"wrote out of bounds: {violation}")
-        ok, max_error, message = verify.compare(first, state.reference, state.tolerance)
-        if ok and changed is not None:
-            ok, later_error, message = verify.compare(changed, state.reference, state.tolerance)
+        ran = self.runner.run(RunRequest(built.artifact, built.source, timing, timeout, config,
+                                         built.layouts))
+        if not ran.ok:
+            return MeasureResult.failed(config, ran.error, ran.message)
+        if ran.violation is not None:
+            return MeasureResult.failed(config, "crash", f"wrote out of bounds: {ran.violation}")
+        ok, max_error, message = verify.compare(ran.first, state.reference, state.tolerance)
+        if ok and ran.changed is not None:
+            ok, later_error, message = verify.compare(ran.changed, state.reference,
+                                                      state.tolerance)
             max_error = max(max_error, later_error)
             message = f"the output changed between runs: {message}"
         if not ok:
             return MeasureResult.failed(config, "wrong", message, max_error)
-        result = replace(summarize(config, times), max_error=max_error)
+        result = replace(summarize(config, list(ran.times)), max_error=max_error)
         if state.best_s is None or result.time_s < state.best_s:
             state.best_s = result.time_s
         return result
 
     def close(self) -> None:
         self.runner.close()
-        self.pool.close()
+        self.builder.close()
 
 
 # a simulated answer: seconds, None (the candidate crashes), or a full MeasureResult

@@ -8,9 +8,10 @@ from typing import Callable, Iterable, Mapping
 from tunesearch.db.leases import DEFAULT_TTL_S, WorkItem
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Device
+from tunesearch.search._spawn import machine_cores
 from tunesearch.search.measure import DeviceMeasurer, Measurer
+from tunesearch.search.messages import DeviceSpec
 from tunesearch.search.results import Budget
-from tunesearch.search.runner import machine_cores
 from tunesearch.search.tune import unique_kernels
 
 DB_WAIT_S = 60.0      # how long a worker waits for an unreachable database before it stops
@@ -55,9 +56,9 @@ def plan_work(kernels: Iterable, budget: Budget, n_workers: int,
 
 @dataclass(frozen=True)
 class WorkerJob:
-    """Everything a worker process needs; sent to it pickled."""
+    """Everything a worker process needs; sent to it pickled (its reply: WorkerReply)."""
     db_url: str
-    device: str | Device
+    device: DeviceSpec
     kernels: tuple[Kernel, ...]
     budget: Budget
     sampler: str

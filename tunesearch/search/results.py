@@ -9,10 +9,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunesearch.errors import UserError
 from tunesearch.space.config import Config
+
+if TYPE_CHECKING:
+    from tunesearch.graph.kernel import Kernel
 
 # why a candidate failed; the order is the order reports list them in
 ERROR_KINDS = ("compile", "crash", "timeout", "wrong", "invalid")
@@ -145,6 +148,16 @@ class KernelResult:
     saved: bool = False
     message: str = ""
     save_error: str = ""  # why a result found was not saved (the database refused it)
+
+    @classmethod
+    def from_record(cls, kernel: Kernel, occurrences: int, record, config: Config | None,
+                    status: str, *, saved: bool = False, message: str = "") -> KernelResult:
+        """A result the database holds (a tunesearch.db ResultRecord, its config parsed) as
+        this run's result for kernel; a 0.0 default time or speed-up there means unknown."""
+        return cls(kernel.key, kernel.name, status, occurrences, config, record.time_s,
+                   record.spread, record.gflops, record.gbps, record.default_time_s or None,
+                   record.speedup or None, record.trials, sampler=record.sampler, saved=saved,
+                   message=message)
 
     def as_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -18,12 +18,12 @@ stop with one clear line; what was committed stays, and a lease released or left
 taken up again. Workers on one machine share its cores: their timings are noisier than one
 tuner's, so give each worker a core or two.
 
-planning.py plans the leases and the job sent to each worker; worker.py is one worker's loop;
-`tunesearch.db.studies` says where the studies live.
+planning.py plans the leases and the job sent to each worker (WorkerJob, its device a
+DeviceSpec); worker.py is one worker's loop, which ends with one WorkerReply (messages.py) on its
+pipe; `tunesearch.db.studies` says where the studies live.
 """
 from __future__ import annotations
 
-import multiprocessing
 import time
 from dataclasses import replace
 from typing import Iterable, Mapping
@@ -34,20 +34,20 @@ from tunesearch.db import DatabaseError, Store, study_storage
 from tunesearch.db.leases import DEFAULT_TTL_S, DONE, FAILED, RUNNING, LeaseBoard
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Device
+from tunesearch.search._spawn import SPAWN
+from tunesearch.search.messages import DeviceSpec, WorkerReply
 from tunesearch.search.planning import (
     DB_WAIT_S, POLL_S, SPLIT_SHARE, MeasurerFactory, WorkerJob, default_measurer, plan_work,
 )
 from tunesearch.search.progress import describe
 from tunesearch.search.results import Budget, KernelResult, TuneError, TuneReport
-from tunesearch.search.samplers import DEFAULT_SAMPLER, SAMPLERS
-from tunesearch.search.tune import _device
+from tunesearch.search.samplers import DEFAULT_SAMPLER
+from tunesearch.search.tune import check_arguments
 from tunesearch.search.worker import WorkerError, _worker_main
 from tunesearch.space.config import Config, ConfigError
 
-_SPAWN = multiprocessing.get_context("spawn")
 
-
-class _Watch:
+class _FinishedKernelPrinter:
     """Prints a line on stderr for each kernel as it is done, by whichever worker."""
 
     def __init__(self, board: LeaseBoard, device_key: str, kernels: dict[str, Kernel],
@@ -56,15 +56,15 @@ class _Watch:
         self.console = Console(stderr=True, highlight=False) if show else None
         self.reported: set[str] = set()
 
-    def poll(self) -> None:
+    def print_newly_finished(self) -> None:
         if self.console is None:
             return
         try:
-            self._poll()
+            self._print_newly_finished()
         except DatabaseError:
             pass  # the workers wait for the database; so does the display
 
-    def _poll(self) -> None:
+    def _print_newly_finished(self) -> None:
         _, rows = self.board.leases(self.device_key)
         leases: dict[str, list] = {}
         for row in rows:
@@ -101,11 +101,9 @@ def _kernel_result(store: Store, kernel: Kernel, occurrences: int, device_key: s
     status = "stored" if message == "already in the database" else "tuned"
     if any(state not in (DONE, FAILED) for state in states):
         status, message = "interrupted", "the best so far; the next run continues its study"
-    return replace(base, status=status, config=config, time_s=record.time_s,
-                   spread=record.spread, gflops=record.gflops, gbps=record.gbps,
-                   default_time_s=record.default_time_s or None, speedup=record.speedup or None,
-                   trials=record.trials, sampler=record.sampler, saved=status != "stored",
-                   message=message if status != "tuned" else "")
+    return KernelResult.from_record(kernel, occurrences, record, config, status,
+                                    saved=status != "stored",
+                                    message=message if status != "tuned" else "")
 
 
 def _report(board: LeaseBoard, planned, device, interrupted: bool, seconds: float,
@@ -139,17 +137,11 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
     decide the order, the trials per kernel and which kernels get a lease per worker. ttl_s is
     how long a dead worker's kernel stays locked; heartbeat_s (default ttl_s / 3) how often a
     lease is renewed. measurer(device, seed, n_workers) makes each worker's measurer (default:
-    real measurements). constants: as for `tune_kernels`. Raises TuneError before anything runs for a bad budget, sampler or
-    device, and when every worker stopped with an error before the work was done.
+    real measurements). constants: as for `tune_kernels`. Raises TuneError before anything
+    runs for a bad budget, sampler, number of workers or device (the checks `tune_kernels`
+    makes), and when every worker stopped with an error before the work was done.
     """
-    problem = budget.problem()
-    if problem:
-        raise TuneError(problem)
-    if sampler not in SAMPLERS:
-        raise TuneError(f"unknown sampler {sampler!r}; known samplers: {', '.join(SAMPLERS)}")
-    if n_workers < 1:
-        raise TuneError(f"--workers must be at least 1, not {n_workers}")
-    dev = _device(device)
+    dev = check_arguments(budget, sampler, device, n_workers)
     info = dev.info()
     start = time.monotonic()
     store = Store(db_url)
@@ -162,16 +154,17 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
         # the studies' tables exist before the workers race to create them
         study_storage(store.url).engine.dispose()
         deadline = time.time() + budget.total_seconds if budget.total_seconds else None
-        job = WorkerJob(store.url, device, tuple(kernel for kernel, _ in planned), budget,
-                        sampler, seed, n_workers, ttl_s, heartbeat_s or ttl_s / 3, db_wait_s,
-                        min(POLL_S, ttl_s / 4), deadline, measurer or default_measurer,
-                        dict(constants or {}))
-        watch = _Watch(board, info.key, {k.key: k for k, _ in planned}, progress)
+        job = WorkerJob(store.url, DeviceSpec.of(device), tuple(k for k, _ in planned),
+                        budget, sampler, seed, n_workers, ttl_s, heartbeat_s or ttl_s / 3,
+                        db_wait_s, min(POLL_S, ttl_s / 4), deadline,
+                        measurer or default_measurer, dict(constants or {}))
+        printer = _FinishedKernelPrinter(board, info.key, {k.key: k for k, _ in planned},
+                                         progress)
         interrupted, replies = False, {}
         processes = []
         for _ in range(n_workers):
-            receive, send = _SPAWN.Pipe(duplex=False)
-            process = _SPAWN.Process(target=_worker_main, args=(job, send), daemon=False)
+            receive, send = SPAWN.Pipe(duplex=False)
+            process = SPAWN.Process(target=_worker_main, args=(job, send), daemon=False)
             process.start()
             send.close()
             processes.append((process, receive))
@@ -180,7 +173,7 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
                 for process, receive in processes:
                     if process.pid not in replies and receive.poll():
                         replies[process.pid] = _receive(receive)
-                watch.poll()
+                printer.print_newly_finished()
                 time.sleep(0.25)
         except KeyboardInterrupt:  # the workers got it too: they save and release their leases
             interrupted = True
@@ -192,11 +185,11 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
                 process.join()
             if process.pid not in replies and receive.poll():
                 replies[process.pid] = _receive(receive)
-        watch.poll()
+        printer.print_newly_finished()
         notes, errors = _exits(processes, replies)
         report = _report(board, planned, dev, interrupted or any(
-            kind == "interrupted" for kind, _ in replies.values()), time.monotonic() - start,
-            notes)
+            reply.outcome == "interrupted" for reply in replies.values()),
+            time.monotonic() - start, notes)
     finally:
         store.close()
     unfinished = [r for r in report.results if r.status == "skipped"]
@@ -206,24 +199,24 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
     return report
 
 
-def _receive(receive) -> tuple[str, object]:
+def _receive(receive) -> WorkerReply:
     try:
         return receive.recv()
     except (EOFError, OSError):  # it exited without a word: killed
-        return ("died", "")
+        return WorkerReply("died")
 
 
-def _exits(processes, replies) -> tuple[list[str], list[str]]:
+def _exits(processes, replies: dict[int, WorkerReply]) -> tuple[list[str], list[str]]:
     """Notes about workers that did not end well, and the error messages among them."""
     notes, errors = [], []
     for process, _ in processes:
-        kind, detail = replies.get(process.pid, ("died", ""))
-        if kind == "ok":
+        reply = replies.get(process.pid, WorkerReply("died"))
+        if reply.outcome == "ok":
             continue
-        if kind == "error":
-            errors.append(str(detail))
-            notes.append(f"worker {process.pid} stopped: {detail}")
-        elif kind == "died":
+        if reply.outcome == "error":
+            errors.append(reply.message)
+            notes.append(f"worker {process.pid} stopped: {reply.message}")
+        elif reply.outcome == "died":
             code = process.exitcode
             how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
             notes.append(f"worker {process.pid} died ({how}); a lease it held expires and is "

@@ -22,6 +22,7 @@ from tunesearch.db import (DatabaseError, DeviceRecord, KernelRecord, ResultReco
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Device, DeviceUnavailable, get_device
 from tunesearch.search.measure import DeviceMeasurer, Measurer
+from tunesearch.search.messages import DeviceSpec
 from tunesearch.search.progress import Progress, RichProgress
 from tunesearch.search.results import (Budget, KernelResult, MeasureResult, SearchResult,
                                        TuneError, TuneReport)
@@ -66,13 +67,29 @@ def unique_kernels(kernels: Iterable) -> list[tuple[Kernel, int]]:
     return [(kernel, n) for kernel, n in counts.values()]
 
 
-def _device(device: str | Device) -> Device:
-    if not isinstance(device, str):
+def open_device(device: str | Device | DeviceSpec) -> Device:
+    """The device to tune on; TuneError (one line) where it cannot be used here."""
+    if not isinstance(device, (str, DeviceSpec)):
         return device
     try:
-        return get_device(device)
+        return get_device(device) if isinstance(device, str) else device.open()
     except (DeviceUnavailable, ImportError) as exc:
-        raise TuneError(f"cannot tune on device {device!r}: {exc}") from None
+        name = device if isinstance(device, str) else device.name
+        raise TuneError(f"cannot tune on device {name!r}: {exc}") from None
+
+
+def check_arguments(budget: Budget, sampler: str, device: str | Device | DeviceSpec,
+                    n_workers: int = 1) -> Device:
+    """The device to tune on, once the budget, the sampler and the number of worker processes
+    are known to be good: TuneError (one line) for the first that is not, before any work."""
+    problem = budget.problem()
+    if problem:
+        raise TuneError(problem)
+    if sampler not in SAMPLERS:
+        raise TuneError(f"unknown sampler {sampler!r}; known samplers: {', '.join(SAMPLERS)}")
+    if n_workers < 1:
+        raise TuneError(f"--workers must be at least 1, not {n_workers}")
+    return open_device(device)
 
 
 def _result(job: _Job, search: SearchResult | None, status: str) -> KernelResult:
@@ -120,15 +137,6 @@ def _save(store, device: Device, job: _Job, result: KernelResult,
                          DeviceRecord(info.key, info.backend, info.name, info.as_dict()),
                          record, trials=trials, supersede=job.stored.supersede)
     return replace(result, saved=bool(saved))
-
-
-def _stored(job: _Job, record, config: Config) -> KernelResult:
-    """The store's result (its config validated by search/trust.py) as this run's."""
-    return KernelResult(job.kernel.key, job.kernel.name, "stored", job.occurrences, config,
-                        record.time_s, record.spread, record.gflops, record.gbps,
-                        record.default_time_s or None, record.speedup or None, record.trials,
-                        sampler=record.sampler,
-                        message="already in the database (retune=True tunes it again)")
 
 
 def _starts(store, job: _Job, device_key: str) -> tuple[Config, ...]:
@@ -187,12 +195,7 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
     unknown sampler, and DatabaseError for a store that cannot be written, before anything is
     measured. A result the store refuses later is reported with its save_error.
     """
-    problem = budget.problem()
-    if problem:
-        raise TuneError(problem)
-    if sampler not in SAMPLERS:
-        raise TuneError(f"unknown sampler {sampler!r}; known samplers: {', '.join(SAMPLERS)}")
-    dev = _device(device)
+    dev = check_arguments(budget, sampler, device)
     info = dev.info()
     if store is not None:
         check_writable(store, dev)  # refused now, not after the search
@@ -227,7 +230,10 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
                 if job.stored.note:
                     notes.append(job.stored.note)
             if job.stored.skip:
-                finish(_stored(job, job.stored.record, job.stored.config))
+                # the store's result, its config validated by search/trust.py
+                finish(KernelResult.from_record(
+                    job.kernel, job.occurrences, job.stored.record, job.stored.config,
+                    "stored", message="already in the database (retune=True tunes it again)"))
             else:
                 todo.append(job)
         for i, job in enumerate(todo):

@@ -16,11 +16,12 @@ from tunesearch.db import (
 )
 from tunesearch.db.leases import DONE, FAILED, RUNNING, WAITING, Claim, LeaseBoard, worker_id
 from tunesearch.search.measure import Measurer
+from tunesearch.search.messages import WorkerReply
 from tunesearch.search.planning import WorkerJob
 from tunesearch.search.progress import Progress
 from tunesearch.search.results import TuneError
 from tunesearch.search.study import study_name
-from tunesearch.search.tune import _device, tune_kernels
+from tunesearch.search.tune import open_device, tune_kernels
 
 MAX_ATTEMPTS = 3      # claims of one lease that end in an error before it is marked failed
 
@@ -88,7 +89,7 @@ class _Worker:
 
     def __init__(self, job: WorkerJob, name: str):
         self.job, self.name = job, name
-        self.device = _device(job.device)
+        self.device = open_device(job.device)
         self.device_key = self.device.info().key
         self.kernels = {kernel.key: kernel for kernel in job.kernels}
         self.store = _retrying(job, f"open {job.db_url}", lambda: Store(job.db_url))
@@ -184,24 +185,25 @@ class _Worker:
         return self._finish(claim, state, trials, message)
 
 
-def work(job: WorkerJob, name: str | None = None) -> int:
-    """Run one worker in this process (what each spawned process does); returns leases done."""
+def run_worker(job: WorkerJob, name: str | None = None) -> int:
+    """Claim and tune leases in this process until none is left (what each spawned process
+    does); returns the leases it finished."""
     return _Worker(job, name or worker_id()).run()
 
 
 def _worker_main(job: WorkerJob, conn) -> None:
-    """The entry point of a spawned worker: reports one message on its own pipe, then exits."""
+    """The entry point of a spawned worker: sends one WorkerReply on its own pipe, then exits."""
     try:
-        done = work(job)
+        done = run_worker(job)
     except KeyboardInterrupt:
-        conn.send(("interrupted", ""))
+        conn.send(WorkerReply("interrupted"))
         sys.exit(130)
     except (TuneError, DatabaseError) as err:
         print(f"tunesearch worker: error: {err}", file=sys.stderr)
-        conn.send(("error", str(err)))
+        conn.send(WorkerReply("error", message=str(err)))
         sys.exit(3)
     except BaseException as err:  # noqa: BLE001
         traceback.print_exc(file=sys.stderr)
-        conn.send(("error", f"{type(err).__name__}: {err}"))
+        conn.send(WorkerReply("error", message=f"{type(err).__name__}: {err}"))
         sys.exit(1)
-    conn.send(("ok", done))
+    conn.send(WorkerReply("ok", leases_done=done))
