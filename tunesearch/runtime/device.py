@@ -37,7 +37,7 @@ class DeviceEntry:
 
 
 # name -> entry. Tests and plugins may add entries at run time: the search hands them to the
-# processes it starts (search/_runner_child.py spawnable)
+# processes it starts (search/messages.py DeviceSpec)
 DEVICES: dict[str, DeviceEntry] = {
     "cpu": DeviceEntry("tunesearch.runtime.cpu:CPUDevice", "cpu",
                        "C through the system C compiler, with OpenMP"),
@@ -238,7 +238,8 @@ def device_names() -> list[str]:
     return list(DEVICES)
 
 
-def _device_class(base: str) -> type[Device]:
+def registered_class(base: str) -> type[Device]:
+    """The class registered under a device's base name (its registry entry, imported now)."""
     module, cls = DEVICES[base].device_class.split(":")
     return getattr(importlib.import_module(module), cls)
 
@@ -247,7 +248,7 @@ def use_for_compiling(name: str, settings: dict[str, Any]) -> None:
     """Make get_device(name) in this process a device that only compiles, built from the
     compile_settings() of the real one (a compile process never opens the device)."""
     if name not in _instances:
-        _instances[name] = _device_class(name.split(":")[0].lower()).for_compiling(**settings)
+        _instances[name] = registered_class(name.split(":")[0].lower()).for_compiling(**settings)
 
 
 def get_device(name: str) -> Device:
@@ -256,5 +257,5 @@ def get_device(name: str) -> Device:
     if base not in DEVICES:
         raise DeviceUnavailable(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
     if name not in _instances:
-        _instances[name] = _device_class(base)()
+        _instances[name] = registered_class(base)()
     return _instances[name]

@@ -19,8 +19,7 @@ from typing import Any, Hashable, Mapping
 import numpy as np
 
 from tunesearch.graph.kernel import Kernel
-# _device_class: the class the registry builds for a name, which a Device is compared with
-from tunesearch.runtime.device import (DEVICES, Device, Source, _device_class, get_device,
+from tunesearch.runtime.device import (DEVICES, Device, Source, get_device, registered_class,
                                        use_for_compiling)
 from tunesearch.space.config import Config
 
@@ -46,7 +45,7 @@ class DeviceSpec:
         name = device if isinstance(device, str) else device.name
         base = name.split(":")[0].lower()
         entry = DEVICES.get(base)
-        if isinstance(device, str) or entry is not None and type(device) is _device_class(base):
+        if isinstance(device, str) or entry is not None and type(device) is registered_class(base):
             return cls(name, entry)
         kind = type(device)
         return cls(name, entry, f"{kind.__module__}:{kind.__qualname__}")
