@@ -153,7 +153,8 @@ class OpenCLDevice(GPUDevice):
         return program
 
     def load(self, artifact: bytes, source: Source) -> Program:
-        kernel = getattr(self._program(artifact, source), source.entry)
+        # a kernel object of its own per load (pyopencl warns when getattr hands out another)
+        kernel = self.cl.Kernel(self._program(artifact, source), source.entry)
         queue, global_size, local_size = self.queue, source.global_size, source.local_size
         empty = not global_size or 0 in global_size
 
