@@ -243,19 +243,34 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         else:
             lines.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, "
                          f"{p.size}*sizeof({tname}));")
-    fills = [line for i, p in packs.items() if i not in prepacked for line in
-             pack_loop(kernel, p, upcast, d, omp_threads if parallel else None, tiled)]
+    shared = shared_packs(packs, prepacked, order, parallel)
+    fills = [line for i, p in packs.items() if i not in prepacked and i not in shared
+             for line in pack_loop(kernel, p, upcast, d, omp_threads if parallel else None,
+                                   tiled)]
     nblocks = [math.ceil(domain[a] / upcast[a]) for a in range(n_out)]
     nest: list[str] = []
-    if parallel and n_out:
-        collapse = f" collapse({parallel})" if parallel > 1 else ""
-        nest.append(f"#pragma omp parallel for{collapse}{omp_threads} schedule(static)")
-    for a in order:
+    if shared:
+        # one parallel region: each thread fills the panels' share of the blocks it then
+        # computes, so no barrier between, and its blocks come from its own cache
+        outer = order[0]
+        nest += [f"#pragma omp parallel{omp_threads}", "{",
+                 "  const int nt = omp_get_num_threads(), tid = omp_get_thread_num();",
+                 f"  const int lo = {nblocks[outer]}*tid/nt, hi = {nblocks[outer]}*(tid+1)/nt;"]
+        nest += [line for i in shared
+                 for line in pack_loop(kernel, packs[i], upcast, d, None, tiled, own=outer)]
+        nest.append(f"for (int b{outer} = lo; b{outer} < hi; b{outer}++)")
+        rest = order[1:]
+    else:
+        rest = order
+        if parallel and n_out:
+            collapse = f" collapse({parallel})" if parallel > 1 else ""
+            nest.append(f"#pragma omp parallel for{collapse}{omp_threads} schedule(static)")
+    for a in rest:
         nest.append(f"for (int b{a} = 0; b{a} < {nblocks[a]}; b{a}++)")
     nest.append("{")
     nest += [f"  const int o{a} = b{a}*{upcast[a]};" for a in range(n_out)]
     nest += ["  " + line for line in dispatch]
-    nest.append("}")
+    nest.append("}" + ("}" if shared else ""))
     if tiled:
         acc_type = d.type_name(reduce_node.dtype)
         size, tiles = math.prod(domain[:n_out]), math.ceil(red_sizes[0] / ktile)
@@ -272,6 +287,17 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
               for slot, (i, p) in enumerate(packs.items()) if i not in prepacked]
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def shared_packs(packs: dict[int, PackInfo], prepacked: frozenset[int],
+                 order: tuple[int, ...], parallel: int) -> list[int]:
+    """The panels each thread fills its own share of: those that vary along the one block
+    loop shared over the threads and no other output axis (B's column panel under the
+    column loop). Filled by a parallel loop of their own, the threads would split them by
+    the reduce rows, and each would then read the share the other wrote, from its cache."""
+    if parallel != 1 or not order:
+        return []
+    return [i for i, p in packs.items() if i not in prepacked and p.axes == [order[0]]]
 
 
 def _block_args(kernel: Kernel, bounds) -> str:

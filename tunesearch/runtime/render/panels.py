@@ -71,10 +71,10 @@ def pack_panel(kernel: Kernel, config: Config, index: int, values: np.ndarray
 
 
 def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
-               tiled: bool) -> list[str]:
+              tiled: bool, own: int | None = None) -> list[str]:
     """Fill a scratch panel: pk[blocks][reduce][lanes] = the load's value (0 past the edge);
-    with a k tile, the kn rows of the first reduce axis from k0 on."""
-    lines = []
+    with a k tile, the kn rows of the first reduce axis from k0 on. With own (an axis), only
+    the blocks [lo, hi) of that axis: a thread's share, filled inside the parallel region."""
     n_out = kernel.n_out
     names_b = [f"pb{a}" for a in p.axes]
     names_r = [f"r{j}" for j in range(len(p.reduce))]
@@ -85,9 +85,9 @@ def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
     # the loop with the largest stride in the source outermost, the contiguous one innermost:
     # the operand is then read in order, row after row (a panel is written in any order)
     loops = sorted(zip(names_b + names_r + names_l, sizes, strides), key=lambda x: -abs(x[2]))
-    if omp:
-        lines.append(f"  #pragma omp parallel for{omp} schedule(static)")
-    lines += [f"  for (int {n} = 0; {n} < {size}; {n}++)" for n, size, _ in loops]
+    lines = [f"  #pragma omp parallel for{omp} schedule(static)"] if omp else []
+    lines += [f"  for (int {n} = lo; {n} < hi; {n}++)" if n == f"pb{own}" else
+              f"  for (int {n} = 0; {n} < {size}; {n}++)" for n, size, _ in loops]
     lines.append("  {")
     guard = []
 
