@@ -5,8 +5,9 @@ its core (the machine runs other processes), the whole kernel waits for the sche
 back, a time slice of milliseconds for a kernel of microseconds. onnxruntime's pool sidesteps
 this (the caller runs the work no worker has claimed); with OpenMP, the way out is a smaller
 team. A `Team` watches the latency of whole calls and picks, per call, the team with the lower
-recent median: all threads, or the calling thread alone (each tried twice at the start). It keeps trying the other choice now
-and then, less often each time it loses, so a machine that grows quiet gets its threads back.
+recent median: all threads, or the calling thread alone (each tried twice at the start, after a
+first call that warms up and is not counted). It keeps trying the other choice now and then, less
+often each time it loses, so a machine that grows quiet gets its threads back.
 On a quiet machine the full team wins every comparison and nothing changes.
 
 The team limit is OpenMP's nthreads-var of the calling thread (omp_set_num_threads), which every
@@ -38,6 +39,7 @@ class Team:
         self._retry_in = FIRST_RETRY
         self._until_retry = FIRST_RETRY
         self._retrying = False
+        self._warm = True
 
     def run(self, call: Callable[[], None]) -> None:
         """Make one call with the chosen team and time it. A smaller team's limit holds for
@@ -54,12 +56,19 @@ class Team:
             seconds = self._clock() - start
             if previous is not None:
                 self._swap_limit(previous)
+            if self._warm:
+                self._warm = False  # the first call starts OpenMP's threads and touches
+                return              # fresh buffers: it says nothing of the team's speed
             if self._retrying:
-                # a retry that beats one thread's median is tried again soon, else later
+                # a retry that beats one thread's median is tried again soon, else later;
+                # a winner's older samples date from the busy time that made it lose, so
+                # they go: the full team runs next, and keeps running while it is faster
                 won = seconds < self._median(1)
                 self._retry_in = FIRST_RETRY if won else min(LAST_RETRY, 2 * self._retry_in)
                 self._until_retry = self._retry_in
                 self._retrying = False
+                if won:
+                    self._recent[size].clear()
             self._recent[size].append(seconds)
 
     def _median(self, size: int) -> float:
