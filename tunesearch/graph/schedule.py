@@ -7,12 +7,13 @@ for realization) is an input, scheduled before it.
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 
 from tunesearch.graph.kernel import BufferSpec, Kernel, KNode
 from tunesearch.graph.lazy import LazyNode, load
-from tunesearch.graph.view import View
+from tunesearch.graph.view import View, strides_for
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,52 @@ def create_schedule(roots: list[LazyNode]) -> list[ScheduleItem]:
     for root in roots:
         target = backing_node(root)
         visit(target if target is not None else root)
-    return items
+    return _fuse_permuted_reduces(items, roots)
+
+
+def _fuse_permuted_reduces(items: list[ScheduleItem], roots: list[LazyNode]
+                           ) -> list[ScheduleItem]:
+    """Fuse a reduce into the one elementwise kernel that reads it, where that kernel reads
+    all of it once, through a permutation of its axes (a convolution's output moved back to
+    channels first, a matmul's heads transposed): the kernel then iterates the reduce's
+    domain and writes its output through the permutation, in place of a kernel that writes the
+    reduce and one that reads it back transposed. Only where nothing else reads the reduce,
+    which would otherwise be computed twice."""
+    readers: dict[int, list[ScheduleItem]] = {}
+    for item in items:
+        for node in item.inputs:
+            readers.setdefault(id(node), []).append(item)
+    kept = {id(root) for root in roots} | {id(backing_node(r)) for r in roots}
+    fused: dict[int, ScheduleItem] = {}
+    dropped: set[int] = set()
+    for item in items:
+        if item.kernel.reduce is not None:
+            continue
+        for node in item.inputs:
+            if node.is_reduce and node.realized is None and id(node) not in kept \
+                    and len(readers.get(id(node), ())) == 1 and id(node) not in dropped:
+                built = build_kernel(item.out, lift=node)
+                if built is not None:
+                    fused[id(item)] = ScheduleItem(built[0], item.out, tuple(built[1]))
+                    dropped.add(id(node))
+                break
+    return [fused.get(id(item), item) for item in items if id(item.out) not in dropped]
+
+
+def permutation_of(view: View, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Where view reads all of a contiguous buffer of `shape` once, as a permutation of the
+    axes of some reshape of it: the order of view's axes that lays them out as the buffer does
+    (largest stride first, view's size-1 axes last). None for any other view."""
+    if view.offset or view.mask is not None or view.size != math.prod(shape):
+        return None
+    axes = sorted((i for i, size in enumerate(view.shape) if size != 1),
+                  key=lambda i: -view.strides[i])
+    step = 1
+    for i in reversed(axes):
+        if view.strides[i] != step:
+            return None
+        step *= view.shape[i]
+    return tuple(axes) + tuple(i for i, size in enumerate(view.shape) if size == 1)
 
 
 def fused_reduce(root: LazyNode) -> LazyNode | None:
@@ -65,10 +111,17 @@ def fused_reduce(root: LazyNode) -> LazyNode | None:
     return None
 
 
+class _NoLift(Exception):
+    """The kernel reads the reduce it would fuse through more than one view."""
+
+
 class _Builder:
-    def __init__(self, root: LazyNode):
+    def __init__(self, root: LazyNode, lift: LazyNode | None = None):
         self.root = root
-        self.reduce = fused_reduce(root)
+        self.reduce = fused_reduce(root) if lift is None else lift
+        # with a lifted reduce, the nodes from the root down to its reads have the root's
+        # shape: their views are moved onto the reduce's shape through the permutation
+        self.lift: tuple[View, tuple[int, ...]] | None = None
         if self.reduce is not None:
             self.axes, _ = self.reduce.arg
             full = self.reduce.src[0].shape
@@ -90,6 +143,10 @@ class _Builder:
 
     def to_domain(self, view: View, inner: bool) -> View | None:
         """A view over a node's shape, as a view over the (permuted) kernel domain."""
+        if not inner and self.lift is not None:
+            view = view.permute(self.lift[1]).reshape(self.reduce.shape)
+            if view is None:
+                return None
         if not inner:
             view = view.reshape(self.keep_shape)
             if view is None:
@@ -115,6 +172,14 @@ class _Builder:
         if node.realized is not None and node.op != "buffer":
             return self._leaf(node, View.contiguous(node.shape), inner)
         if node.op == "load":
+            if node.src[0] is self.reduce and not inner and self.lift is not None:
+                if node.arg != self.lift[0]:
+                    raise _NoLift
+                self.lift, lift = None, self.lift  # the reduce's own coordinates below
+                try:
+                    return self.build(node.src[0], False)
+                finally:
+                    self.lift = lift
             return self._leaf(node.src[0], node.arg, inner)
         if node.op == "const":
             value, view = node.arg
@@ -133,12 +198,43 @@ class _Builder:
         return KNode(node.op, srcs, node.arg, node.dtype)
 
 
-def build_kernel(root: LazyNode) -> tuple[Kernel, list[LazyNode]]:
-    """The kernel that realizes root, and the nodes it reads (buffers 1..n)."""
-    builder = _Builder(root)
-    expr = builder.build(root, False)
+def build_kernel(root: LazyNode, lift: LazyNode | None = None
+                 ) -> tuple[Kernel, list[LazyNode]] | None:
+    """The kernel that realizes root, and the nodes it reads (buffers 1..n). With lift (a
+    reduce that root reads through a permutation of its axes only), the kernel fuses that
+    reduce, or None where root reads it otherwise too."""
+    builder = _Builder(root, lift)
+    if lift is not None:
+        views = {n.arg for n in _reads_of(root, lift)}
+        order = permutation_of(next(iter(views)), lift.shape) if len(views) == 1 else None
+        if order is None:
+            return None
+        builder.lift = (next(iter(views)), order)
+        try:
+            expr = builder.build(root, False)
+        except _NoLift:
+            return None
+    else:
+        expr = builder.build(root, False)
     out_view = builder.to_domain(View.contiguous(root.shape), False)
+    if out_view is None:
+        return None
     buffers = [BufferSpec(root.numel, root.dtype)]
     buffers += [BufferSpec(n.numel, n.dtype) for n in builder.inputs]
     kernel = Kernel(builder.domain, len(builder.axes), expr, out_view, tuple(buffers))
     return kernel, builder.inputs
+
+
+def _reads_of(root: LazyNode, target: LazyNode) -> list[LazyNode]:
+    """The loads of target that root reaches through elementwise ops."""
+    out, stack, seen = [], [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or (node.realized is not None and node.op != "buffer"):
+            continue
+        seen.add(id(node))
+        if node.op == "load" and node.src[0] is target:
+            out.append(node)
+        elif node.is_elementwise:
+            stack.extend(node.src)
+    return out
