@@ -62,6 +62,32 @@ def test_movement_ops_are_views_not_copies():
     assert kernels(a.pad(((1, 1), (0, 2)))[1:5, ::2] + 1) == 1
 
 
+def test_a_reduce_read_back_permuted_fuses_into_its_reader():
+    # the reader iterates the reduce's domain and writes through the permutation: one kernel
+    a, b, c = rand(37, 50), rand(50, 23), rand(23, 1)
+    t = ((a @ b).T + c).relu()
+    assert kernels(t) == 1
+    expect = np.maximum((a.numpy() @ b.numpy()).T + c.numpy(), 0)
+    np.testing.assert_allclose(t.numpy(), expect, rtol=1e-5, atol=1e-5)
+    # channels last to channels first, with a split of the positions: still one kernel
+    x, w = rand(2, 3, 4, 5), rand(5, 6)
+    u = (x @ w).reshape(2, 12, 6).permute(0, 2, 1).reshape(2, 6, 3, 4) * 2 + 1
+    assert kernels(u) == 1
+    expect = (x.numpy() @ w.numpy()).transpose(0, 3, 1, 2) * 2 + 1
+    np.testing.assert_allclose(u.numpy(), expect, rtol=1e-5, atol=1e-5)
+
+
+def test_a_reduce_with_two_readers_is_computed_once():
+    a, b = rand(12, 9), rand(9, 7)
+    r = a @ b
+    u1, u2 = r.T + 1, r.T.reshape(7 * 12)[::2] * 3
+    items = create_schedule([u1.node, u2.node])
+    assert sum(item.kernel.reduce is not None for item in items) == 1
+    expect = a.numpy() @ b.numpy()
+    np.testing.assert_allclose(u1.numpy(), expect.T + 1, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(u2.numpy(), expect.T.reshape(-1)[::2] * 3, rtol=1e-5, atol=1e-5)
+
+
 def test_realized_results_are_reused():
     a = rand(8, 8)
     s = a.sum(1)

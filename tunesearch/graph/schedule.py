@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tunesearch.graph.kernel import BufferSpec, Kernel, KNode
 from tunesearch.graph.lazy import LazyNode, load
-from tunesearch.graph.view import View, strides_for
+from tunesearch.graph.view import View
 
 
 @dataclass(frozen=True)
