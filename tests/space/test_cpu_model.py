@@ -82,6 +82,25 @@ def test_k_tile_from_l1():
     assert cpu_model.k_tile(bigger, block) == 512
 
 
+def test_k_tile_keeps_the_outer_blocks_sliver_in_l1():
+    """The sliver kept across the inner block loop is the outer blocks': rows outermost keep
+    a 6 x kc sliver of the first operand (one way of 8: kc = 170, a tile of 128); columns
+    outermost keep a kc x 16 sliver of the second (five ways: kc = 320, 256, BLIS's Haswell
+    kc), and the default's tile follows its order."""
+    from tunesearch.space import cpu_default
+    from tunesearch.space.config import Config
+    target = LEVELS["avx2"]
+    block = cpu_model.RegisterBlock(6, 2, 8)
+    assert cpu_model.k_tile(target, block, resident_rows=True) == 128
+    assert cpu_model.k_tile(target, block, resident_rows=False) == 256
+    kernel = dict(GEMMS)["matmul_square"]
+    row, col, _ = gemm_axes(kernel)
+    rows_first = Config.make(upcast=(6, 16), order=(row, col))
+    columns_first = Config.make(upcast=(6, 16), order=(col, row))
+    assert cpu_default.model_ktile(kernel, target, rows_first) == 128
+    assert cpu_default.model_ktile(kernel, target, columns_first) == 256
+
+
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("name,kernel", GEMMS, ids=[n for n, _ in GEMMS])
 def test_matmul_defaults_fit_the_register_file(level, name, kernel):

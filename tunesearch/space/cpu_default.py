@@ -79,14 +79,16 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             slivers = reduce_size * (upcast[col] + upcast[row]) * itemsize
             first = col
             if not cpu_model.fits(target.l2, slivers):
-                tile = model_ktile(kernel, target, Config.make(upcast=tuple(upcast)))
+                # one thread: the row blocks outermost, the row sliver resident in L1;
+                # several: the blocks of the larger side are shared out, so each thread
+                # streams only its part of the larger operand's panel. The tile keeps the
+                # sliver of the outer blocks resident in L1 (the column sliver where the
+                # column blocks are outermost).
+                outer = row if target.threads == 1 or domain[row] >= domain[col] else col
+                tile = model_ktile(kernel, target, Config.make(
+                    upcast=tuple(upcast), order=(outer, col if outer == row else row)))
                 if tile < domain[n_out]:
-                    # one thread: the row blocks outermost, the row sliver resident in
-                    # L1; several: the blocks of the larger side are shared out, so each
-                    # thread streams only its part of the larger operand's panel
-                    ktile = tile
-                    first = row if target.threads == 1 or domain[row] >= domain[col] \
-                        else col
+                    ktile, first = tile, outer
         elif inner_contig and (domain[-1] >= cpu_model.reduce_split(target, itemsize)
                                or last is None):
             split = max(s for s in (1, 2, 4, 8, 16, 32)
@@ -110,7 +112,9 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
 
 
 def model_ktile(kernel: Kernel, target: Target, config: Config) -> int:
-    """The k tile the model gives for config's register block."""
+    """The k tile the model gives for config's register block and block order: the sliver
+    of whichever of the row and column blocks is outer stays resident in L1 (rows where the
+    config has no order)."""
     gemm = gemm_axes(kernel)
     if gemm is None:
         return 0
@@ -119,8 +123,10 @@ def model_ktile(kernel: Kernel, target: Target, config: Config) -> int:
     lanes = target.lanes(itemsize)
     upcast = config.get("upcast")
     block = cpu_model.RegisterBlock(upcast[row], -(-upcast[col] // lanes), lanes)
+    order = [a for a in config.get("order", ()) if a in (row, col)]
+    resident_rows = not order or order[0] == row
     inner = prod(kernel.domain[kernel.n_out + 1:])
-    tile = cpu_model.k_tile(target, block, itemsize) // inner
+    tile = cpu_model.k_tile(target, block, itemsize, resident_rows) // inner
     return max((t for t in KTILES if t <= tile), default=KTILES[0])
 
 
