@@ -26,7 +26,7 @@ GEMMS = [(n, k) for n, k in KERNELS if k.n_reduce and gemm_axes(k) is not None]
 def test_register_block_fits_and_keeps_the_pipes_busy(level):
     target = LEVELS[level]
     block = cpu_model.register_block(target, sizes=(1024, 1024))
-    assert cpu_model.registers_needed(block.rows, block.vectors, False) <= \
+    assert cpu_model.registers_needed(block.rows, block.vectors) <= \
         target.vector_registers
     if target.vector_registers >= 16 and target.fma_latency <= 4:
         assert block.rows * block.vectors >= target.fma_units * target.fma_latency
@@ -34,7 +34,7 @@ def test_register_block_fits_and_keeps_the_pipes_busy(level):
     best = block.rows * block.vectors / (block.rows + block.vectors)
     for rows in range(1, 17):
         for vectors in range(1, 9):
-            if cpu_model.registers_needed(rows, vectors, False) <= target.vector_registers:
+            if cpu_model.registers_needed(rows, vectors) <= target.vector_registers:
                 assert rows * vectors / (rows + vectors) <= best + 1e-9 or \
                     rows * vectors < target.fma_units * target.fma_latency
 
@@ -45,31 +45,28 @@ def test_blocks_follow_the_register_file():
     machine 20: both spill."""
     avx2 = cpu_model.register_block(LEVELS["avx2"], sizes=(1024, 1024))
     assert (avx2.rows, avx2.columns) == (6, 16)
-    assert cpu_model.registers_needed(4, 3, False) > 16
-    assert cpu_model.registers_needed(6, 4, False) > 16
+    assert cpu_model.registers_needed(4, 3) > 16
+    assert cpu_model.registers_needed(6, 4) > 16
     big = cpu_model.register_block(LEVELS["avx512"], sizes=(1024, 1024))
     assert big.columns % 16 == 0 and big.rows * big.vectors > avx2.rows * avx2.vectors
     sse = cpu_model.register_block(LEVELS["sse4"], sizes=(1024, 1024))
-    assert sse.lanes == 4 and cpu_model.registers_needed(sse.rows, sse.vectors, False) <= 16
+    assert sse.lanes == 4 and cpu_model.registers_needed(sse.rows, sse.vectors) <= 16
 
 
-def test_ties_go_to_the_narrower_column_sliver():
-    """3x24 and 6x16 both make 1.5 FMAs per load on AVX2. On 257x4099 3x24 wastes 0.2% less at
-    the edges, but its column sliver is half as wide again: the tie goes to 6x16 (and to 6x8
-    on SSE's 4 lanes). A real difference at the edges still decides: 24 columns take 3x24."""
-    from tunesearch.space.cpu_model import EDGE_TIE, register_block
-    avx2 = register_block(LEVELS["avx2"], sizes=(257, 4099))
-    assert (avx2.rows, avx2.columns) == (6, 16)
-    assert 3 * 3 / 6 * (1 - EDGE_TIE) < 6 * 2 / 8
-    sse = register_block(LEVELS["sse4"], sizes=(257, 4099))
+def test_a_column_sliver_out_of_l1_counts_its_lines():
+    """3x24 and 6x16 both make 1.5 FMAs per load on AVX2. A short reduce keeps either column
+    sliver in L1, and the edges decide (3x24 wastes less of 257x4099); a reduce of 511 does
+    not, and 6x16 brings one line from L2 per 12 FMAs where 3x24 brings one and a half per 9
+    (6x8 over 3x12 on SSE's 4 lanes)."""
+    from tunesearch.space.cpu_model import register_block
+    short = register_block(LEVELS["avx2"], sizes=(257, 4099), reduce=64)
+    assert (short.rows, short.columns) == (3, 24)
+    long = register_block(LEVELS["avx2"], sizes=(257, 4099), reduce=511)
+    assert (long.rows, long.columns) == (6, 16)
+    sse = register_block(LEVELS["sse4"], sizes=(257, 4099), reduce=511)
     assert (sse.rows, sse.columns) == (6, 8)
-    narrow = register_block(LEVELS["avx2"], columns_max=24, sizes=(200, 24))
+    narrow = register_block(LEVELS["avx2"], columns_max=24, sizes=(200, 24), reduce=511)
     assert (narrow.rows, narrow.columns) == (3, 24)
-
-
-def test_packed_rows_need_a_register_each():
-    block = cpu_model.register_block(LEVELS["avx2"], row_panel=True, sizes=(1024, 1024))
-    assert cpu_model.registers_needed(block.rows, block.vectors, True) <= 16
 
 
 def test_k_tile_from_l1():
@@ -111,7 +108,7 @@ def test_matmul_defaults_fit_the_register_file(level, name, kernel):
     row, col, b_side = gemm_axes(kernel)
     upcast = config.get("upcast")
     vectors = -(-upcast[col] // target.lanes())
-    assert cpu_model.registers_needed(upcast[row], vectors, False) <= target.vector_registers
+    assert cpu_model.registers_needed(upcast[row], vectors) <= target.vector_registers
     assert b_side in config.get("pack")
 
 
@@ -131,7 +128,7 @@ def test_sampled_matmul_blocks_never_spill(level):
             assert space.validate(config) is None
             upcast = config.get("upcast")
             vectors = -(-upcast[col] // target.lanes())
-            assert cpu_model.registers_needed(upcast[row], vectors, False) <= \
+            assert cpu_model.registers_needed(upcast[row], vectors) <= \
                 target.vector_registers or upcast[row] == 1, (name, config)
 
 

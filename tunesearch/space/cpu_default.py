@@ -43,7 +43,10 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     """The default's knobs but the threads (see cpu_model.py for the derivation). For a
     matmul: the register block of the model; the column side packed (every row block
     reads it again; a panel makes its sliver one contiguous stream), and so is any operand
-    read with a stride along the vector lanes (a convolution's windows); the column blocks
+    read with a stride along the vector lanes (a convolution's windows), and the row side
+    where its rows lie side by side and the reduce strides (a channels-first input with the
+    positions as rows: a block's rows take a cache line of their own at every step of the
+    reduce, a panel makes them one stream); the column blocks
     outermost while a column and a row sliver of the whole reduce stay in L2 together
     (BLIS's jr loop around ir), else a kernel tile sized for L1 with the row blocks outermost
     (the row sliver resident in L1, the tile's panel streaming past it) on one thread,
@@ -61,15 +64,15 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
         if gemm is not None:
             row, col, b_side = gemm
             views = {n.arg[0]: n.arg[1] for n in kernel.loads()}
+            reduce_axes = [a for a in range(n_out, len(domain)) if domain[a] > 1]
             pack = tuple(i for i in packable(kernel)
-                         if i == b_side or views[i].strides[col] not in (0, 1))
-            row_side = {b for b, v in views.items() if v.strides[row] and not v.strides[col]}
+                         if i == b_side or views[i].strides[col] not in (0, 1)
+                         or _rows_across_lines(views[i], row, col, reduce_axes))
             block = cpu_model.register_block(
                 target, itemsize, rows_max=domain[row], columns_max=domain[col],
-                row_panel=bool(row_side) and row_side <= set(pack),
                 sizes=(domain[row], domain[col]),
                 row_choices=upcast_choices(row),
-                column_choices=upcast_choices(col))
+                column_choices=upcast_choices(col), reduce=prod(domain[n_out:]))
             upcast[row] = min(block.rows, domain[row])
             upcast[col] = min(block.columns, domain[col])
             unroll = 4
@@ -109,6 +112,14 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     order = default_order(kernel, register_blocks(kernel, upcast), first)
     return dict(upcast=tuple(upcast), order=order, split=split, unroll=unroll, ktile=ktile,
                 pack=pack)
+
+
+def _rows_across_lines(view, row: int, col: int, reduce_axes: list[int]) -> bool:
+    """Whether view is a row side (varies along the rows, not the columns) whose rows are
+    adjacent and whose innermost reduce axis is strided."""
+    strides = view.strides
+    return bool(reduce_axes) and strides[row] == 1 and strides[col] == 0 and \
+        strides[reduce_axes[-1]] not in (0, 1)
 
 
 def model_ktile(kernel: Kernel, target: Target, config: Config) -> int:

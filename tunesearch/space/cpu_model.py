@@ -14,11 +14,12 @@ first operand per row, then issues rows x column-vectors FMAs:
 - among the blocks that fit, the one with the most FMAs per load (rows * vectors / (rows +
   vectors)), counting the work wasted on partial blocks at the edges of the actual sizes,
   needs the least load bandwidth from L1;
-- blocks within EDGE_TIE of that (3x24 and 6x16 on AVX2 both make 1.5 FMAs per load) go to
-  the one with the fewest column vectors: its column sliver, the operand kept across the row
-  blocks, is the narrowest, so more of it stays in L1 and fewer of its loads per FMA come from
-  L2 once the sliver of the whole reduce outgrows L1 (3x24 loads 3 vectors per 9 FMAs, 6x16
-  2 per 12).
+- the column sliver of the reduce (reduce x columns) is what the row blocks read again: where
+  it does not stay in L1, every step also brings columns * itemsize / line cache lines of it
+  from L2, and each such line counts as one more load (at least what it costs: while a line
+  crosses from L2 the L1 serves a load or two). On AVX2 this is what parts 6x16 from 3x24,
+  equal on L1 loads (1.5 FMAs per load): 6x16 brings one line per 12 FMAs, 3x24 one and a
+  half per 9.
 
 Cache tiles follow BLIS: the sliver of the operand kept across the inner block loop must stay
 in its cache level while the other operand streams past it.
@@ -32,9 +33,6 @@ from tunesearch.space.target import Cache, Target
 
 MAX_BLOCK_ROWS = 16
 MAX_BLOCK_VECTORS = 8
-# blocks whose FMAs per load differ by less than this are a tie: an edge block's share of the
-# work, not a difference in what the block loads
-EDGE_TIE = 0.01
 
 
 @dataclass(frozen=True)
@@ -50,21 +48,22 @@ class RegisterBlock:
         return self.columns_used or self.vectors * self.lanes
 
 
-def registers_needed(rows: int, vectors: int, row_panel: bool) -> int:
-    """Vector registers a rows x vectors block holds live in its inner loop. Rows read from a
-    packed panel are loaded together and broadcast from registers (one register each, as GCC
-    does); rows read in place are broadcast from memory one at a time, two registers: one
-    feeding its FMAs while the next is loaded (with one, each row waits for the last)."""
-    return rows * vectors + vectors + (rows if row_panel else 2)
+def registers_needed(rows: int, vectors: int) -> int:
+    """Vector registers a rows x vectors block holds live in its inner loop: the accumulators,
+    the column vectors, and two for the broadcasts. Each row's value is broadcast straight
+    from memory (a broadcast with a memory operand), packed panel or not, one feeding its
+    FMAs while the next is loaded (with one, each row waits for the last)."""
+    return rows * vectors + vectors + 2
 
 
 def register_block(target: Target, itemsize: int = 4, rows_max: int = MAX_BLOCK_ROWS,
-                   columns_max: int | None = None, row_panel: bool = False,
-                   sizes: tuple[int, int] | None = None, row_choices=None,
-                   column_choices=None) -> RegisterBlock:
+                   columns_max: int | None = None, sizes: tuple[int, int] | None = None,
+                   row_choices=None, column_choices=None,
+                   reduce: int | None = None) -> RegisterBlock:
     """The register block of the model (see the module docstring). rows_max and columns_max
     bound it by the kernel's sizes, row_choices and column_choices by the space's blocks;
-    sizes=(rows, columns) of the output weigh the waste of partial edge blocks."""
+    sizes=(rows, columns) of the output weigh the waste of partial edge blocks, and reduce
+    (the length of the reduce) says whether the column sliver stays in L1."""
     lanes = target.lanes(itemsize)
     columns_max = columns_max or lanes * MAX_BLOCK_VECTORS
     rows = [r for r in (row_choices or range(1, MAX_BLOCK_ROWS + 1))
@@ -72,32 +71,31 @@ def register_block(target: Target, itemsize: int = 4, rows_max: int = MAX_BLOCK_
     columns = [c for c in (column_choices or range(lanes, lanes * MAX_BLOCK_VECTORS + 1, lanes))
                if c <= min(columns_max, lanes * MAX_BLOCK_VECTORS)] or [min(lanes, columns_max)]
     busy = target.fma_units * target.fma_latency
-    scored = []
+    best, best_score = RegisterBlock(1, 1, lanes), None
     for r in rows:
         for c in columns:
             vectors = -(-c // lanes)
-            if registers_needed(r, vectors, row_panel) > target.vector_registers:
+            if registers_needed(r, vectors) > target.vector_registers:
                 continue
+            loads = r + vectors
+            if reduce is not None and not fits(target.l1d, reduce * c * itemsize):
+                loads += c * itemsize / target.l1d.line  # the sliver's lines from L2
             used = c / lanes  # a block narrower than a vector uses part of it
-            intensity = r * used / (r + vectors)
+            intensity = r * used / loads
             if sizes is not None:
                 intensity *= _edge_efficiency(sizes[0], r) * _edge_efficiency(sizes[1], c)
-            scored.append((r * vectors >= busy, intensity, RegisterBlock(r, vectors, lanes, c)))
-    if not scored:
-        return RegisterBlock(1, 1, lanes)
-    pipes = max(s[0] for s in scored)
-    top = max(s[1] for s in scored if s[0] == pipes)
-    ties = [s for s in scored if s[0] == pipes and s[1] >= top * (1 - EDGE_TIE)]
-    best = max(ties, key=lambda s: (-s[2].vectors, s[1], s[2].rows * s[2].vectors))
-    return best[2]
+            score = (r * vectors >= busy, round(intensity, 6), r * vectors)
+            if best_score is None or score > best_score:
+                best, best_score = RegisterBlock(r, vectors, lanes, c), score
+    return best
 
 
 def blocks_that_fit(target: Target, rows, vectors, itemsize: int = 4) -> list[tuple[int, int]]:
     """(rows, columns) of the register blocks, rows x vectors of them, that fit the register
-    file with rows read in place: what a sweep of the space should cover."""
+    file: what a sweep of the space should cover."""
     lanes = target.lanes(itemsize)
     return [(r, v * lanes) for r in rows for v in vectors
-            if registers_needed(r, v, False) <= target.vector_registers]
+            if registers_needed(r, v) <= target.vector_registers]
 
 
 def _edge_efficiency(size: int, block: int) -> float:

@@ -158,7 +158,7 @@ class CPUSpace(Space):
 
         def spills() -> bool:
             vectors = -(-upcast[col] // lanes)
-            return cpu_model.registers_needed(upcast[row], vectors, False) > \
+            return cpu_model.registers_needed(upcast[row], vectors) > \
                 self.target.vector_registers
         while spills():
             a = row if upcast[row] > 1 and (upcast[row] >= -(-upcast[col] // lanes)
