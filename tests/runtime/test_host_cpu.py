@@ -96,3 +96,17 @@ def test_device_start_fails_cleanly_on_a_bad_level(monkeypatch):
     monkeypatch.setenv("TUNESEARCH_CPU_ISA", "bogus")
     with pytest.raises(DeviceUnavailable, match="bogus"):
         CPUDevice()
+
+
+def test_buffers_start_on_a_cache_line():
+    """A vector block of a line's width loads one line, not two, and rows a whole number of
+    lines apart all start on one (numpy alone aligns to 16 bytes)."""
+    from tunesearch.runtime.device import get_device
+    from tunesearch.graph.dtypes import dtypes
+    device = get_device("cpu")
+    for size in (1, 1000, 3136 * 64, 1 << 20):
+        buffer = device.alloc(size, dtypes.float32)
+        assert buffer.address % 64 == 0 and buffer.handle.ctypes.data == buffer.address
+        values = np.arange(size, dtype=np.float32)
+        device.copyin(buffer, values)
+        np.testing.assert_array_equal(device.copyout(buffer), values)

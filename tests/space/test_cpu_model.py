@@ -69,6 +69,20 @@ def test_a_column_sliver_out_of_l1_counts_its_lines():
     assert (narrow.rows, narrow.columns) == (3, 24)
 
 
+def test_a_panel_pays_where_the_sliver_in_place_would_not_stay():
+    """A 16-column sliver (64-byte runs) over a reduce of 512 steps: rows a power of two apart
+    (4 KiB) crowd into a few L2 sets and must be packed; rows a whole number of lines apart
+    that spread over the sets cost nothing more in place; runs that straddle lines are packed
+    only where enough row blocks read them again to pay for the copy."""
+    import numpy as np
+    target = LEVELS["avx2"]
+    steps = np.arange(512)
+    assert cpu_model.panel_pays(target, steps * 4096, 64, reads=2)
+    assert not cpu_model.panel_pays(target, steps * 3136, 64, reads=100)
+    assert cpu_model.panel_pays(target, steps * 4000 + 16, 64, reads=100)
+    assert not cpu_model.panel_pays(target, steps * 4000 + 16, 64, reads=2)
+
+
 def test_k_tile_from_l1():
     """BLIS's kc: a 4x24 block on a 32 KiB 8-way L1 keeps 4 rows x kc in one way of each set:
     kc = 64 sets * 64 bytes / (4 rows * 4 bytes) = 256. A larger L1 gives a longer tile."""
@@ -109,7 +123,29 @@ def test_matmul_defaults_fit_the_register_file(level, name, kernel):
     upcast = config.get("upcast")
     vectors = -(-upcast[col] // target.lanes())
     assert cpu_model.registers_needed(upcast[row], vectors) <= target.vector_registers
-    assert b_side in config.get("pack")
+
+
+def _last_kernel(tensor):
+    from tunesearch.graph.schedule import create_schedule
+    return create_schedule([tensor.node])[-1].kernel
+
+
+def test_the_default_packs_the_column_side_where_the_panel_pays():
+    """Matmul 1024: B's rows are 4 KiB apart and crowd into 16 of L2's sets: packed. A 1x1
+    convolution over 56x56 positions: the input's channel rows are 196 lines apart and
+    spread over the sets, so in place it costs nothing more: not packed (BLAS would copy it)."""
+    import numpy as np
+    from tunesearch import Tensor
+    target = LEVELS["avx2"]
+    zeros = np.zeros((1024, 1024), np.float32)
+    kernel = _last_kernel(Tensor(zeros) @ Tensor(zeros))
+    assert gemm_axes(kernel)[2] in space_for(kernel, target).default().get("pack")
+    image = Tensor(np.zeros((1, 64, 56, 56), np.float32))
+    weight = Tensor(np.zeros((256, 64, 1, 1), np.float32))
+    kernel = _last_kernel(image.conv2d(weight))
+    row, col, b_side = gemm_axes(kernel)
+    assert kernel.domain[col] == 56
+    assert b_side not in space_for(kernel, target).default().get("pack")
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
 from tunesearch.graph.kernel import Kernel
 from tunesearch.space import cpu_model
 from tunesearch.space.config import Config
@@ -41,8 +43,9 @@ def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
 def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                    ) -> dict[str, Any]:
     """The default's knobs but the threads (see cpu_model.py for the derivation). For a
-    matmul: the register block of the model; the column side packed (every row block
-    reads it again; a panel makes its sliver one contiguous stream), and so is any operand
+    matmul: the register block of the model; the column side packed where the panel pays
+    for its copy (cpu_model.panel_pays: every row block reads the sliver again, and a panel
+    makes it one contiguous stream), and so is any operand
     read with a stride along the vector lanes (a convolution's windows), and the row side
     where its rows lie side by side and the reduce strides (a channels-first input with the
     positions as rows: a block's rows take a cache line of their own at every step of the
@@ -65,9 +68,6 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             row, col, b_side = gemm
             views = {n.arg[0]: n.arg[1] for n in kernel.loads()}
             reduce_axes = [a for a in range(n_out, len(domain)) if domain[a] > 1]
-            pack = tuple(i for i in packable(kernel)
-                         if i == b_side or views[i].strides[col] not in (0, 1)
-                         or _rows_across_lines(views[i], row, col, reduce_axes))
             block = cpu_model.register_block(
                 target, itemsize, rows_max=domain[row], columns_max=domain[col],
                 sizes=(domain[row], domain[col]),
@@ -75,6 +75,11 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                 column_choices=upcast_choices(col), reduce=prod(domain[n_out:]))
             upcast[row] = min(block.rows, domain[row])
             upcast[col] = min(block.columns, domain[col])
+            pack = tuple(i for i in packable(kernel)
+                         if views[i].strides[col] not in (0, 1)
+                         or (i == b_side and _column_panel_pays(
+                             kernel, target, views[i], row, col, upcast))
+                         or _rows_across_lines(views[i], row, col, reduce_axes))
             unroll = 4
             # per column block the column sliver stays in L2 while the rows stream past
             # it: both slivers of the whole reduce must fit there together
@@ -112,6 +117,23 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     order = default_order(kernel, register_blocks(kernel, upcast), first)
     return dict(upcast=tuple(upcast), order=order, split=split, unroll=unroll, ktile=ktile,
                 pack=pack)
+
+
+# reduces longer than this are judged by their first steps: the pattern of lines repeats
+PANEL_SAMPLE = 1 << 16
+
+
+def _column_panel_pays(kernel: Kernel, target: Target, view, row: int, col: int,
+                       upcast: list[int]) -> bool:
+    """Whether the column side's sliver, read in place by every row block, is better packed
+    (cpu_model.panel_pays). Buffers start on a cache line (runtime/cpu.py aligned_empty)."""
+    n_out, domain = kernel.n_out, kernel.domain
+    itemsize = kernel.buffers[0].dtype.itemsize
+    steps = np.array(np.unravel_index(np.arange(min(prod(domain[n_out:]), PANEL_SAMPLE)),
+                                      domain[n_out:]))
+    starts = (view.offset + np.asarray(view.strides[n_out:]) @ steps) * itemsize
+    reads = -(-domain[row] // upcast[row])
+    return cpu_model.panel_pays(target, starts, upcast[col] * itemsize, reads)
 
 
 def _rows_across_lines(view, row: int, col: int, reduce_axes: list[int]) -> bool:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from tunesearch.space.target import Cache, Target
 
 MAX_BLOCK_ROWS = 16
@@ -127,6 +129,29 @@ def k_tile(target: Target, block: RegisterBlock, itemsize: int = 4,
     ways = max(1, math.floor((l1.ways - 1) / (1 + other / resident)))
     kc = ways * sets * l1.line // (resident * itemsize)
     return max(64, 1 << max(0, int(math.log2(max(kc, 1)))))
+
+
+def panel_pays(target: Target, starts: np.ndarray, run: int, reads: int) -> bool:
+    """Whether packing a sliver into a panel pays for itself. The sliver is read in place as
+    runs of `run` bytes at byte offsets `starts` (one per step of the reduce), `reads` times
+    (once per block of the other side). Packed, its runs lie end to end: the fewest lines,
+    none of them sharing an L2 set with more of the others than that set can hold.
+
+    In place it costs nothing more where its runs start on lines and spread over the sets:
+    then the panel would only add a copy. It must be packed where its lines crowd into a few
+    L2 sets (rows a power-of-two apart), which would evict each other before the next read;
+    and where its runs straddle lines, the extra lines of every read after the first must
+    outweigh the copy (reading the sliver once and writing the panel)."""
+    line = target.l1d.line
+    first, last = starts // line, (starts + run - 1) // line
+    spans = first[:, None] + np.arange(int((last - first).max()) + 1)
+    lines = np.unique(spans[spans <= last[:, None]])
+    sets = max(1, target.l2.size // (target.l2.ways * line))
+    if np.bincount(lines % sets).max() > max(1, target.l2.ways // 2):
+        return True
+    packed = -(-len(starts) * run // line)
+    extra = len(lines) - packed
+    return extra > 0 and (reads - 1) * extra > len(lines) + packed
 
 
 def reduce_split(target: Target, itemsize: int = 4) -> int:
