@@ -249,7 +249,7 @@ def _chain_library(device: "CPUDevice") -> ctypes.CDLL:
     return _chain_library_at(device.compile(source).decode())
 
 
-LINE = 64  # bytes of a cache line on every CPU the renderer targets
+ALIGN = 128  # bytes: a cache line on x86 (64) and on the ARM cores with 128-byte lines
 
 
 def aligned_empty(size: int, dtype) -> np.ndarray:
@@ -257,8 +257,8 @@ def aligned_empty(size: int, dtype) -> np.ndarray:
     line's width then loads and stores one line, not two, and rows whose stride is a whole
     number of lines all start on one."""
     itemsize = np.dtype(dtype).itemsize
-    raw = np.empty(size * itemsize + LINE, np.uint8)
-    start = -raw.ctypes.data % LINE
+    raw = np.empty(size * itemsize + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
     return raw[start:start + size * itemsize].view(dtype)
 
 

@@ -45,15 +45,14 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     """The default's knobs but the threads (see cpu_model.py for the derivation). For a
     matmul: the register block of the model; the column side packed where the panel pays
     for its copy (cpu_model.panel_pays: every row block reads the sliver again, and a panel
-    makes it one contiguous stream), and so is any operand
-    read with a stride along the vector lanes (a convolution's windows), and the row side
-    where its rows lie side by side and the reduce strides (a channels-first input with the
-    positions as rows: a block's rows take a cache line of their own at every step of the
-    reduce, a panel makes them one stream); the column blocks
-    outermost while a column and a row sliver of the whole reduce stay in L2 together
-    (BLIS's jr loop around ir), else a kernel tile sized for L1 with the row blocks outermost
-    (the row sliver resident in L1, the tile's panel streaming past it) on one thread,
-    the larger side's blocks on several."""
+    makes it one contiguous stream), any operand read with a stride along the vector lanes
+    (a convolution's windows), and the row side where its rows lie side by side and the
+    reduce strides (a channels-first input with the positions as rows: a block's rows take
+    a cache line of their own at every step of the reduce, a panel makes them one stream);
+    the column blocks outermost while a column and a row sliver of the whole reduce stay in
+    L2 together (BLIS's jr loop around ir), else a k tile that keeps the outer blocks' sliver
+    in L1 with the row blocks outermost on one thread (the tile's panel streaming past the
+    row sliver), the larger side's blocks on several."""
     n_out, domain = kernel.n_out, kernel.domain
     upcast = [1] * n_out
     split, unroll, pack, ktile, first = 1, 1, (), 0, None
