@@ -65,6 +65,14 @@ def collapsible(kernel: Kernel, packs) -> bool:
     return True
 
 
+# GCC's straight-line (SLP) vectorizer turns the stores of a two-axis register block's
+# accumulators into vector loads from the accumulator array, which keeps part of that array in
+# memory: an accumulator then goes through the stack at every step of the reduce (a 6x16 block
+# of a 96x784x576 convolution ran at half speed). The loops are vectorized by the loop
+# vectorizer all the same; the pragma covers what follows it (the block and entry functions).
+NO_SLP = '#pragma GCC optimize ("no-tree-slp-vectorize")'
+
+
 def render_c(kernel: Kernel, config: Config, name: str = "kernel",
                vector_bytes: int = 32, prepacked: frozenset[int] = frozenset()) -> str:
     """C source for kernel under config; the entry point is `void name(data0, data1, ...)`.
@@ -88,6 +96,8 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     # for each step of the first axis
     inner_size = math.prod(red_sizes[1:]) if flat else 1
     lines = [HEADER, VECTOR_MATH, SCRATCH] + ([TEAM] if parallel else [])
+    if reduce_node is not None and sum(u > 1 for u in upcast) >= 2:
+        lines.append(NO_SLP)  # a register block over two axes: its accumulators stay in registers
 
     # ---- the block function
     extra = "".join(f", const {d.type_name(p.dtype)}* {d.restrict} pk{i}"
