@@ -67,11 +67,12 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             row, col, b_side = gemm
             views = {n.arg[0]: n.arg[1] for n in kernel.loads()}
             reduce_axes = [a for a in range(n_out, len(domain)) if domain[a] > 1]
+            reduce_size = prod(domain[n_out:])
             block = cpu_model.register_block(
                 target, itemsize, rows_max=domain[row], columns_max=domain[col],
                 sizes=(domain[row], domain[col]),
                 row_choices=upcast_choices(row),
-                column_choices=upcast_choices(col), reduce=prod(domain[n_out:]))
+                column_choices=upcast_choices(col), reduce=reduce_size)
             upcast[row] = min(block.rows, domain[row])
             upcast[col] = min(block.columns, domain[col])
             pack = tuple(i for i in packable(kernel)
@@ -82,7 +83,6 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             unroll = 4
             # per column block the column sliver stays in L2 while the rows stream past
             # it: both slivers of the whole reduce must fit there together
-            reduce_size = prod(domain[n_out:])
             slivers = reduce_size * (upcast[col] + upcast[row]) * itemsize
             first = col
             if not cpu_model.fits(target.l2, slivers):
