@@ -138,16 +138,18 @@ def panel_pays(target: Target, starts: np.ndarray, run: int, reads: int) -> bool
     none of them sharing an L2 set with more of the others than that set can hold.
 
     In place it costs nothing more where its runs start on lines and spread over the sets:
-    then the panel would only add a copy. It must be packed where its lines crowd into a few
-    L2 sets (rows a power-of-two apart), which would evict each other before the next read;
-    and where its runs straddle lines, the extra lines of every read after the first must
-    outweigh the copy (reading the sliver once and writing the panel)."""
+    then the panel would only add a copy. It must be packed where more of its lines fall into
+    one L2 set than the set holds beside a stream (all ways but one, as `fits` keeps a
+    resident block): rows a power-of-two apart, which would evict each other before the next
+    read. A sliver whose lines fill a few ways of every fourth set (a 56x56 map's rows, 196
+    lines apart) stays. Where its runs straddle lines, the extra lines of every read after
+    the first must outweigh the copy (reading the sliver once and writing the panel)."""
     line = target.l1d.line
     first, last = starts // line, (starts + run - 1) // line
     spans = first[:, None] + np.arange(int((last - first).max()) + 1)
     lines = np.unique(spans[spans <= last[:, None]])
     sets = max(1, target.l2.size // (target.l2.ways * line))
-    if np.bincount(lines % sets).max() > max(1, target.l2.ways // 2):
+    if np.bincount(lines % sets).max() > max(1, target.l2.ways - 1):
         return True
     packed = -(-len(starts) * run // line)
     extra = len(lines) - packed
