@@ -86,12 +86,6 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
         cols = cols.reshape(batch, groups, 1, *outs, *kernel)
         weight = _weight(ctx, w, (1, groups, rc, *([1] * n), *kernel))
         out = (cols * weight).sum(tuple(range(3 + n, 3 + 2 * n)))
-    elif __import__("os").environ.get("TS_DIRECT"):
-        cols = cols.reshape(batch, groups, cig, *outs, *kernel)
-        order = [0, 1] + [3 + i for i in range(n)] + [2] + [3 + n + i for i in range(n)]
-        cols = cols.permute(order).reshape(batch, groups, 1, *outs, cig, *kernel)
-        weight = _weight(ctx, w, (1, groups, rc, *([1] * n), cig, *kernel))
-        out = (cols * weight).sum(tuple(range(3 + n, 4 + 2 * n)))
     else:
         # one im2col copy laid out [channel x kernel, positions]: the positions are contiguous
         # in the copy's reads and writes and in the matmul's column operand and output
