@@ -73,7 +73,8 @@ def test_a_panel_pays_where_the_sliver_in_place_would_not_stay():
     """A 16-column sliver (64-byte runs) over a reduce of 512 steps: rows a power of two apart
     (4 KiB) crowd into a few L2 sets and must be packed; rows a whole number of lines apart
     that spread over the sets cost nothing more in place; runs that straddle lines are packed
-    only where enough row blocks read them again to pay for the copy."""
+    only where the sliver outgrows L1 and enough row blocks read it again to pay for the
+    copy."""
     import numpy as np
     target = LEVELS["avx2"]
     steps = np.arange(512)
@@ -85,6 +86,11 @@ def test_a_panel_pays_where_the_sliver_in_place_would_not_stay():
     assert not cpu_model.panel_pays(target, deep * 12544, 64, reads=6)
     assert cpu_model.panel_pays(target, steps * 4000 + 16, 64, reads=100)
     assert not cpu_model.panel_pays(target, steps * 4000 + 16, 64, reads=2)
+    # straddling runs of a short reduce stay in L1, where the extra lines cost no traffic:
+    # squeezenet's first convolution (27 steps, rows 49284 bytes apart) and a 3x24 block of
+    # a 1x1 convolution 128 channels deep over 56x56 positions
+    assert not cpu_model.panel_pays(target, np.arange(27) * 49284, 64, reads=11)
+    assert not cpu_model.panel_pays(target, np.arange(128) * 12544 + 32, 96, reads=43)
 
 
 def test_k_tile_from_l1():

@@ -142,8 +142,10 @@ def panel_pays(target: Target, starts: np.ndarray, run: int, reads: int) -> bool
     one L2 set than the set holds beside a stream (all ways but one, as `fits` keeps a
     resident block): rows a power-of-two apart, which would evict each other before the next
     read. A sliver whose lines fill a few ways of every fourth set (a 56x56 map's rows, 196
-    lines apart) stays. Where its runs straddle lines, the extra lines of every read after
-    the first must outweigh the copy (reading the sliver once and writing the panel)."""
+    lines apart) stays. Where its runs straddle lines, the extra lines cost nothing while the
+    sliver stays in L1 (`fits`: a re-read loads the same lines again); beyond L1, the extra
+    lines of every read after the first must outweigh the copy (reading the sliver once and
+    writing the panel)."""
     line = target.l1d.line
     first, last = starts // line, (starts + run - 1) // line
     spans = first[:, None] + np.arange(int((last - first).max()) + 1)
@@ -151,6 +153,8 @@ def panel_pays(target: Target, starts: np.ndarray, run: int, reads: int) -> bool
     sets = max(1, target.l2.size // (target.l2.ways * line))
     if np.bincount(lines % sets).max() > max(1, target.l2.ways - 1):
         return True
+    if fits(target.l1d, len(lines) * line):
+        return False
     packed = -(-len(starts) * run // line)
     extra = len(lines) - packed
     return extra > 0 and (reads - 1) * extra > len(lines) + packed
