@@ -77,6 +77,37 @@ def test_a_reduce_read_back_permuted_fuses_into_its_reader():
     np.testing.assert_allclose(u.numpy(), expect, rtol=1e-5, atol=1e-5)
 
 
+def test_a_concatenation_is_written_in_place_by_its_pieces():
+    """No kernel copies the pieces together: each writes its slice of one buffer, a matmul or
+    convolution with its epilogue (one kernel each), a realized input copied into its slice."""
+    a, b, w = rand(6, 9), rand(9, 7), rand(6, 5)
+    t = Tensor.cat([(a @ b + 1).relu(), w, (b.T @ a.T).T * 2], dim=1)
+    items = create_schedule([t.node])
+    pieces = [item for item in items if item.out is t.node]
+    assert len(pieces) == 3 and all(item.piece is not None for item in pieces)
+    assert sum(item.kernel.reduce is not None for item in items) == 2 == len(items) - 1
+    assert [item.kernel.out_view.offset for item in pieces] == [0, 7, 12]
+    ab = a.numpy() @ b.numpy()
+    expect = np.concatenate([np.maximum(ab + 1, 0), w.numpy(), ab * 2], axis=1)
+    np.testing.assert_allclose(t.numpy(), expect, rtol=1e-5, atol=1e-5)
+    # along the first axis, nested: the inner concatenation's pieces are the outer one's
+    u = Tensor.cat([Tensor.cat([a, a * 2]), (a @ b @ b.T)[:4]], dim=0)
+    pieces = [item for item in create_schedule([u.node]) if item.out is u.node]
+    assert sorted(item.kernel.out_view.offset for item in pieces) == [0, 54, 108]
+    inner = np.concatenate([a.numpy(), a.numpy() * 2])
+    np.testing.assert_allclose(u.numpy(), np.concatenate([inner, (ab @ b.numpy().T)[:4]]),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_sum_of_overlapping_pads_is_not_a_concatenation():
+    a = rand(4, 5)
+    t = a.pad(((0, 2), (0, 0))) + a.pad(((1, 1), (0, 0)))
+    items = create_schedule([t.node])
+    assert len(items) == 1 and items[0].piece is None
+    expect = np.pad(a.numpy(), ((0, 2), (0, 0))) + np.pad(a.numpy(), ((1, 1), (0, 0)))
+    np.testing.assert_allclose(t.numpy(), expect)
+
+
 def test_a_reduce_with_two_readers_is_computed_once():
     a, b = rand(12, 9), rand(9, 7)
     r = a @ b

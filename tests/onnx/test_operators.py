@@ -60,3 +60,35 @@ def test_conv_batchnorm_relu_is_one_matmul_and_a_residual_reads_it_once():
     s, b, m, v = (a.reshape(1, 4, 1, 1) for a in bn)
     r = np.maximum((conv - m) / np.sqrt(v + 1e-5) * s + b, 0)
     np.testing.assert_allclose(model(x)["z"], r * (r + x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [5, 13])
+def test_a_fire_module_writes_its_concatenation_in_place(size):
+    """squeezenet's fire module: two convolutions with bias and ReLU, concatenated. Each is one
+    kernel that writes its half of the output with its epilogue: no kernel of its own for
+    the concatenation, none for either epilogue (on 5x5 the 3x3 one puts its 40 channels on
+    the vector lanes and writes its half transposed)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 8, size, size)).astype(np.float32)
+    w1, w3 = (rng.standard_normal(s).astype(np.float32) for s in ((6, 8, 1, 1), (40, 8, 3, 3)))
+    b1, b3 = (rng.standard_normal(n).astype(np.float32) for n in (6, 40))
+    inits = [numpy_helper.from_array(v, n) for v, n in
+             zip((w1, b1, w3, b3), ("w1", "b1", "w3", "b3"))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["x", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c3"], ["r3"]),
+             helper.make_node("Concat", ["r1", "r3"], ["y"], axis=1)]
+    proto = _model(nodes, [_value("x", [1, 8, size, size])], [_value("y", None)], inits)
+    model = tox.load(proto, device="reference")
+    items = model.schedule()
+    # the padded input, its im2col copy, and the two convolutions, each with its epilogue
+    assert len(items) == 4 and _reduces(model) == 2
+    assert [item.kernel.out_view.offset for item in items if item.piece] == [0, 6 * size * size]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    c3 = sum(np.einsum("nchw,oc->nohw", xp[:, :, i:i + size, j:j + size], w3[:, :, i, j])
+             for i in range(3) for j in range(3))
+    c1 = np.einsum("nchw,oc->nohw", x, w1[:, :, 0, 0])
+    expect = np.concatenate([np.maximum(c1 + b1.reshape(1, 6, 1, 1), 0),
+                             np.maximum(c3 + b3.reshape(1, 40, 1, 1), 0)], axis=1)
+    np.testing.assert_allclose(model(x)["y"], expect, rtol=1e-4, atol=1e-4)

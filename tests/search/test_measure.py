@@ -147,6 +147,32 @@ def test_comparison_catches_wrong_unwritten_and_nan_outputs():
     assert not verify.compare(np.array([0.0, 1.0], np.float32), with_nan, tolerance)[0]
 
 
+def test_a_piece_of_a_concatenation_is_verified_on_its_slice():
+    """A kernel that writes one slice of its output buffer (a matmul with its epilogue, as a
+    concatenation's piece): the elements it writes start as a fill unlike the reference, the
+    others as the reference, so a candidate that skips one of its own or writes out of its
+    slice fails; every config the measurer runs passes."""
+    from tunesearch import Tensor
+    from tunesearch.graph.schedule import create_schedule
+    rng = np.random.default_rng(0)
+    a, b, c = (Tensor(rng.standard_normal(s).astype(np.float32)) for s in
+               ((20, 30), (30, 24), (20, 8)))
+    cat = Tensor.cat([c, (a @ b).relu()], dim=1)
+    [kernel] = [item.kernel for item in create_schedule([cat.node]) if item.kernel.n_reduce]
+    assert kernel.buffers[0].size == 20 * 32
+    writes = verify.written(kernel)
+    assert writes.sum() == 20 * 24 and not writes.reshape(20, 32)[:, :8].any()
+    inputs = verify.make_inputs(kernel)
+    reference = verify.reference_output(kernel, inputs)
+    fill = verify.unwritten_fill(reference, writes)
+    assert np.isnan(fill[writes]).all() and np.array_equal(fill[~writes], reference[~writes])
+    space = space_for(kernel, get_device("cpu").info().target)
+    configs = [space.default()] + list(space.enumerate())[:4]
+    with DeviceMeasurer("cpu") as measurer:
+        results = measurer.measure(kernel, configs)
+    assert all(r.ok and r.max_error <= verify.tolerance(kernel) for r in results), results
+
+
 def test_constant_operands_are_timed_packed_ahead_and_verified():
     """A weight (a constant input) is read as the plan reads it, as a panel packed once: the
     program is built without its packing loop, and its output still matches the reference

@@ -160,8 +160,9 @@ def _count_flops(kernel: Kernel) -> int:
 
 
 def _count_bytes(kernel: Kernel) -> int:
-    """Bytes the kernel must move: the output once, and each input's distinct elements once."""
-    total = kernel.buffers[0].size * kernel.buffers[0].dtype.itemsize
+    """Bytes the kernel must move: its output once (a slice of buffer 0 for a piece of a
+    concatenation), and each input's distinct elements once."""
+    total = math.prod(kernel.out_shape) * kernel.buffers[0].dtype.itemsize
     read: dict[int, int] = {}
     for node in kernel.loads():
         buf, view = node.arg

@@ -4,6 +4,10 @@ A kernel is rooted at a node to realize. Elementwise work fuses freely; the one 
 root reaches through elementwise ops becomes the kernel's reduce, so work before and after it fuses
 too. Everything else the kernel reads (realized buffers, other reduces, nodes the lazy graph marked
 for realization) is an input, scheduled before it.
+
+A concatenation (a sum of padded pieces that tile one axis) is not a kernel of its own: each
+piece is a kernel that writes its slice of the one output buffer, so a convolution and its
+epilogue write straight into their place in the concatenation.
 """
 from __future__ import annotations
 
@@ -12,15 +16,29 @@ import sys
 from dataclasses import dataclass
 
 from tunesearch.graph.kernel import BufferSpec, Kernel, KNode
-from tunesearch.graph.lazy import LazyNode, load
+from tunesearch.graph.lazy import PAD_SAFE, LazyNode, load, movement
+from tunesearch.graph.ops import BinaryOps, MovementOps
 from tunesearch.graph.view import View
 
 
 @dataclass(frozen=True)
 class ScheduleItem:
     kernel: Kernel
-    out: LazyNode              # the node this kernel realizes
+    out: LazyNode              # the node this kernel realizes (a slice of it, with `piece`)
     inputs: tuple[LazyNode, ...]  # nodes whose buffers are read, in buffer order 1..n
+    # for one piece of a concatenation: the node the kernel computes, and where it lies in
+    # out's buffer (a view of out's contiguous buffer with the piece's shape)
+    piece: tuple[LazyNode, View] | None = None
+
+    @property
+    def root(self) -> LazyNode:
+        """The node the kernel computes."""
+        return self.piece[0] if self.piece else self.out
+
+    @property
+    def dest(self) -> tuple[View, int] | None:
+        """Where the kernel writes, for a piece: its view and the whole buffer's size."""
+        return (self.piece[1], self.out.numel) if self.piece else None
 
 
 def backing_node(node: LazyNode) -> LazyNode | None:
@@ -40,10 +58,14 @@ def create_schedule(roots: list[LazyNode]) -> list[ScheduleItem]:
         if node.realized is not None or id(node) in scheduled:
             return
         scheduled.add(id(node))
-        kernel, inputs = build_kernel(node)
-        for dep in inputs:
-            visit(dep)
-        items.append(ScheduleItem(kernel, node, tuple(inputs)))
+        pieces = concat_pieces(node)
+        if pieces is None:
+            kernel, inputs = build_kernel(node)
+            pieces = [(None, kernel, inputs)]
+        for piece, kernel, inputs in pieces:
+            for dep in inputs:
+                visit(dep)
+            items.append(ScheduleItem(kernel, node, tuple(inputs), piece))
 
     for root in roots:
         target = backing_node(root)
@@ -72,12 +94,86 @@ def _fuse_permuted_reduces(items: list[ScheduleItem], roots: list[LazyNode]
         for node in item.inputs:
             if node.is_reduce and node.realized is None and id(node) not in kept \
                     and len(readers.get(id(node), ())) == 1 and id(node) not in dropped:
-                built = build_kernel(item.out, lift=node)
+                built = build_kernel(item.root, lift=node, dest=item.dest)
                 if built is not None:
-                    fused[id(item)] = ScheduleItem(built[0], item.out, tuple(built[1]))
+                    fused[id(item)] = ScheduleItem(built[0], item.out, tuple(built[1]),
+                                                   item.piece)
                     dropped.add(id(node))
                 break
     return [fused.get(id(item), item) for item in items if id(item.out) not in dropped]
+
+
+def concat_pieces(root: LazyNode
+                  ) -> list[tuple[tuple[LazyNode, View], Kernel, list[LazyNode]]] | None:
+    """Where root is a concatenation: a sum of pieces, each zero but in a range of one axis
+    (every read of it padded to that range, through ops that keep zero at zero), the ranges
+    tiling the axis. Then per piece: the piece unpadded with the view of root's buffer it
+    fills, its kernel and the kernel's inputs. None for any other node, and where a piece's
+    kernel does not build (a domain that cannot take the slice's view)."""
+    if root.op is not BinaryOps.ADD or root.realized is not None:
+        return None
+    terms, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        if node.op is BinaryOps.ADD and node.realized is None and \
+                (node is root or _is_padded_sum(node)):
+            stack.extend(reversed(node.src))
+        else:
+            terms.append(node)
+    ranges = [_padded_range(t) for t in terms]
+    if len(terms) < 2 or any(r is None for r in ranges) or len({a for a, _ in ranges}) != 1:
+        return None
+    axis = ranges[0][0]
+    spans = sorted(span for _, span in ranges)
+    if spans[0][0] != 0 or spans[-1][1] != root.shape[axis] or \
+            any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
+        return None
+    out = []
+    whole = View.contiguous(root.shape)
+    for term, (_, (lo, hi)) in zip(terms, ranges):
+        box = tuple((lo, hi) if a == axis else (0, s) for a, s in enumerate(root.shape))
+        piece = movement(term, MovementOps.SHRINK, box)
+        dest = whole.shrink(box)
+        built = build_kernel(piece, dest=(dest, root.numel))
+        if built is None:
+            return None
+        out.append(((piece, dest), *built))
+    return out
+
+
+def _is_padded_sum(node: LazyNode) -> bool:
+    """An inner add of a concatenation's sum (itself a sum of padded pieces), not a piece."""
+    return _padded_range(node) is None
+
+
+def _padded_range(term: LazyNode) -> tuple[int, tuple[int, int]] | None:
+    """(axis, (lo, hi)) where every leaf of term is read through a view masked to [lo, hi) on
+    that one axis and unmasked on the others, through ops that keep zero at zero (so term is
+    zero outside the range); else None."""
+    found: set[tuple[int, int, int]] = set()
+    stack, seen = [term], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op in ("load", "const"):
+            view = node.arg if node.op == "load" else node.arg[1]
+            if view.mask is None:
+                return None
+            cut = [(a, lo, hi) for a, ((lo, hi), size) in enumerate(zip(view.mask, view.shape))
+                   if (lo, hi) != (0, size)]
+            if len(cut) != 1 or cut[0][1] >= cut[0][2]:
+                return None
+            found.add(cut[0])
+        elif node.is_elementwise and node.op in PAD_SAFE and node.realized is None:
+            stack.extend(node.src)
+        else:
+            return None
+    if len(found) != 1:
+        return None
+    axis, lo, hi = found.pop()
+    return axis, (lo, hi)
 
 
 def permutation_of(view: View, shape: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -198,11 +294,14 @@ class _Builder:
         return KNode(node.op, srcs, node.arg, node.dtype)
 
 
-def build_kernel(root: LazyNode, lift: LazyNode | None = None
+def build_kernel(root: LazyNode, lift: LazyNode | None = None,
+                 dest: tuple[View, int] | None = None
                  ) -> tuple[Kernel, list[LazyNode]] | None:
     """The kernel that realizes root, and the nodes it reads (buffers 1..n). With lift (a
     reduce that root reads through a permutation of its axes only), the kernel fuses that
-    reduce, or None where root reads it otherwise too."""
+    reduce, or None where root reads it otherwise too. With dest (a view of root's shape into
+    a larger contiguous buffer, and that buffer's size: a slice of a concatenation), the
+    kernel writes there, or None where the kernel's domain cannot take that view."""
     builder = _Builder(root, lift)
     if lift is not None:
         views = {n.arg for n in _reads_of(root, lift)}
@@ -216,10 +315,11 @@ def build_kernel(root: LazyNode, lift: LazyNode | None = None
             return None
     else:
         expr = builder.build(root, False)
-    out_view = builder.to_domain(View.contiguous(root.shape), False)
+    view, size = dest or (View.contiguous(root.shape), root.numel)
+    out_view = builder.to_domain(view, False)
     if out_view is None:
         return None
-    buffers = [BufferSpec(root.numel, root.dtype)]
+    buffers = [BufferSpec(size, root.dtype)]
     buffers += [BufferSpec(n.numel, n.dtype) for n in builder.inputs]
     kernel = Kernel(builder.domain, len(builder.axes), expr, out_view, tuple(buffers))
     return kernel, builder.inputs

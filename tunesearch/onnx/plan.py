@@ -82,8 +82,11 @@ class Plan:
         steps = []
         for i, (item, choice) in enumerate(zip(items, choices)):
             spec = item.kernel.buffers[0]
-            pool = free.get((spec.size, spec.dtype.name))
-            out = pool.pop() if pool else device.alloc(spec.size, spec.dtype)
+            if id(item.out) in made:  # the next piece of a concatenation: the same buffer
+                out = item.out.realized
+            else:
+                pool = free.get((spec.size, spec.dtype.name))
+                out = pool.pop() if pool else device.alloc(spec.size, spec.dtype)
             item.out.realized = out
             made.add(id(item.out))
             program = realize.get_program(item.kernel, device, choice.config,

@@ -119,7 +119,9 @@ def _concat_np(ctx, *xs):
     return np.concatenate(xs, axis=ctx.attr("axis"))
 
 
-@register("Concat", host=_concat_np, movement=True)
+# not a movement op: each input becomes a kernel that writes its slice of the output (see
+# graph/schedule.py), with the work after a reduce in it
+@register("Concat", host=_concat_np)
 def concat(ctx, *xs):
     pieces = [ctx.tensor(x) for x in xs if math.prod(x.shape) > 0]
     if len(pieces) == 1:

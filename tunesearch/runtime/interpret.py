@@ -80,9 +80,13 @@ class _Evaluator:
         return np.broadcast_to(out, shape)
 
 
-def run_kernel(kernel: Kernel, inputs: list[np.ndarray]) -> np.ndarray:
-    """Evaluate kernel on numpy inputs (buffers 1..n); returns the flat output buffer."""
-    out = np.zeros(kernel.buffers[0].size, kernel.buffers[0].dtype.np)
+def run_kernel(kernel: Kernel, inputs: list[np.ndarray], out: np.ndarray | None = None
+               ) -> np.ndarray:
+    """Evaluate kernel on numpy inputs (buffers 1..n); returns the flat output buffer: `out`
+    where given (the elements out of the kernel's view keep their values: the other slices of
+    a concatenation), else a new one, zero out of the view."""
+    if out is None:
+        out = np.zeros(kernel.buffers[0].size, kernel.buffers[0].dtype.np)
     domain, n_out = kernel.domain, kernel.n_out
     evaluator = _Evaluator(kernel, inputs)
     per_row = math.prod(domain[1:]) if len(domain) > 1 else 1

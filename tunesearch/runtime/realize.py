@@ -59,12 +59,16 @@ def run_schedule(items: list[ScheduleItem], lookup: TunedConfigs) -> None:
     runs with the config `lookup` chooses for it."""
     kernel_run.print_schedule("schedule", [item.kernel for item in items])
     traced = kernel_run.tracing()
+    written: set[int] = set()
     for item in items:
         device = get_device(item.out.device)
         kernel = item.kernel
         choice = lookup.choose(kernel, device)
         program = get_program(kernel, device, choice.config)
-        out = device.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
+        # the pieces of a concatenation write their slices of one buffer
+        out = item.out.realized if id(item.out) in written else \
+            device.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
+        written.add(id(item.out))
         buffers = [out] + [node.realized for node in item.inputs]
         if traced:
             seconds = program.timed(buffers)

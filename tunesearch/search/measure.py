@@ -132,7 +132,8 @@ class DeviceMeasurer(Measurer):
             out = kernel.buffers[0]
             guard = guard_values(out.dtype.name, min(GUARD_ELEMENTS, max(out.size, 64)))
             state = _KernelState(kernel, inputs, reference, verify.tolerance(kernel),
-                                 verify.unwritten_fill(reference), guard)
+                                 verify.unwritten_fill(reference, verify.written(kernel)),
+                                 guard)
             self._kernels[kernel.key] = state
             while len(self._kernels) > self._kernels_kept:
                 old, _ = self._kernels.popitem(last=False)

@@ -12,7 +12,7 @@ import numpy as np
 
 from tunesearch.graph.dtypes import DType
 from tunesearch.graph.kernel import Kernel
-from tunesearch.runtime.interpret import run_kernel
+from tunesearch.runtime.interpret import read_view, run_kernel
 
 # rounding error of one operation per float dtype (the integer dtypes must match exactly)
 EPSILON = {"float32": float(np.finfo(np.float32).eps), "float16": float(np.finfo(np.float16).eps)}
@@ -57,14 +57,32 @@ def tolerance(kernel: Kernel) -> float:
     return min(MAX_TOLERANCE, EPSILON[dtype.name] * 16 * math.sqrt(reduce_length))
 
 
-def unwritten_fill(reference: np.ndarray) -> np.ndarray:
-    """Initial output contents that differ from the reference at every element, so a candidate
-    that leaves an element unwritten cannot pass."""
+def written(kernel: Kernel) -> np.ndarray | None:
+    """The elements of the output buffer the kernel writes, where that is not all of them (a
+    piece of a concatenation writes its slice); None where it writes the whole buffer."""
+    size = kernel.buffers[0].size
+    if math.prod(kernel.out_shape) == size:
+        return None
+    box = tuple((0, s) for s in kernel.out_shape) + ((0, 1),) * kernel.n_reduce
+    mask = np.zeros(size, np.bool_)
+    mask[read_view(np.arange(size), kernel.out_view, box).reshape(-1)] = True
+    return mask
+
+
+def unwritten_fill(reference: np.ndarray, writes: np.ndarray | None = None) -> np.ndarray:
+    """Initial output contents that differ from the reference at every element the kernel
+    writes (`writes`, all where None), so a candidate that leaves one unwritten cannot pass;
+    and equal to it at the others, so one that writes there (out of its slice) cannot."""
     if reference.dtype == np.bool_:
-        return ~reference
-    if np.issubdtype(reference.dtype, np.floating):
-        return np.full_like(reference, np.nan)
-    return reference ^ np.asarray(0x55555555 & np.iinfo(reference.dtype).max, reference.dtype)
+        fill = ~reference
+    elif np.issubdtype(reference.dtype, np.floating):
+        fill = np.full_like(reference, np.nan)
+    else:
+        fill = reference ^ np.asarray(0x55555555 & np.iinfo(reference.dtype).max,
+                                      reference.dtype)
+    if writes is not None:
+        fill[~writes] = reference[~writes]
+    return fill
 
 
 def compare(output: np.ndarray, reference: np.ndarray, rel_tolerance: float
