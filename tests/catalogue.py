@@ -37,6 +37,9 @@ def _cases():
     yield "matmul_transposed", _r(29, 23).T @ _r(29, 19, seed=1)
     yield "batched_matmul", _r(3, 17, 19) @ _r(3, 19, 23, seed=1)
     yield "matmul_bias_relu", (_r(16, 24) @ _r(24, 40, seed=1) + _r(40, seed=2)).relu()
+    # pieces of a concatenation: kernels that write one slice of their output buffer
+    yield "concat_pieces", Tensor.cat([_r(16, 7), (_r(16, 24) @ _r(24, 40, seed=1)).relu(),
+                                       _r(16, 5, seed=3).exp()], dim=1)
     yield "conv2d_stride_pad", _r(2, 3, 9, 9).conv2d(_r(4, 3, 3, 3, seed=1), stride=2, padding=1)
     yield "conv2d_groups", _r(1, 4, 8, 8).conv2d(_r(6, 2, 3, 3, seed=1), groups=2, padding=1)
     yield "conv2d_windows", _windows_conv(_r(1, 5, 7, 9), _r(6, 5, 3, 3, seed=1))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.catalogue import catalogue, random_inputs
-from tests.conformance import device_buffers, output_error, sample_configs, tolerance
+from tests.conformance import device_buffers, output_error, poison, sample_configs, tolerance
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 from tunesearch.runtime.cuda_driver import open_driver
@@ -131,6 +131,7 @@ needs_gpu = pytest.mark.skipif(GPU is None, reason="no CUDA device")
 
 def _run(device, kernel, program, inputs):
     buffers = device_buffers(device, kernel, inputs)
+    device.copyin(buffers[0], poison(kernel))  # a config that writes nothing cannot pass
     program(buffers)
     return device.copyout(buffers[0]), buffers
 
@@ -155,7 +156,7 @@ def test_gpu_random_configs_match_reference(name):
     text = _batch(kernel, configs)
     artifact = b"cubin\n" + compile_cubin(text, GPU.arch)
     inputs = random_inputs(kernel, seed=1)
-    expected = run_kernel(kernel, inputs)
+    expected = run_kernel(kernel, inputs, out=poison(kernel))  # a piece leaves the rest
     allowed = tolerance(kernel) * (20 if "half" in name else 1)
     for i, config in enumerate(configs):
         _, global_size, local_size = render_gpu(kernel, config, GPU.dialect, f"v{i}")
