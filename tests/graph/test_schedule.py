@@ -99,6 +99,19 @@ def test_a_concatenation_is_written_in_place_by_its_pieces():
                                rtol=1e-5, atol=1e-5)
 
 
+def test_elementwise_work_on_a_concatenation_runs_in_its_pieces():
+    """ReLU after the concatenation, and a residual added to it: each piece computes its slice
+    of the result (the residual read at the slice), the matmul fused in its piece."""
+    a, b, w, r = rand(6, 9), rand(9, 7), rand(6, 5), rand(6, 12)
+    t = (Tensor.cat([a @ b, w * 2], dim=1) + r).relu()
+    items = create_schedule([t.node])
+    assert len(items) == 2 and all(item.piece is not None for item in items)
+    assert sum(item.kernel.reduce is not None for item in items) == 1
+    expect = np.maximum(np.concatenate([a.numpy() @ b.numpy(), w.numpy() * 2], 1)
+                        + r.numpy(), 0)
+    np.testing.assert_allclose(t.numpy(), expect, rtol=1e-5, atol=1e-5)
+
+
 def test_a_sum_of_overlapping_pads_is_not_a_concatenation():
     a = rand(4, 5)
     t = a.pad(((0, 2), (0, 0))) + a.pad(((1, 1), (0, 0)))

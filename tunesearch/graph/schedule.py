@@ -5,9 +5,9 @@ root reaches through elementwise ops becomes the kernel's reduce, so work before
 too. Everything else the kernel reads (realized buffers, other reduces, nodes the lazy graph marked
 for realization) is an input, scheduled before it.
 
-A concatenation (a sum of padded pieces that tile one axis) is not a kernel of its own: each
-piece is a kernel that writes its slice of the one output buffer, so a convolution and its
-epilogue write straight into their place in the concatenation.
+A concatenation (a sum of padded pieces that tile one axis), and elementwise work on one, is
+not a kernel of its own: each piece is a kernel that writes its slice of the one output buffer,
+so a convolution and its epilogue write straight into their place in the concatenation.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass
 
 from tunesearch.graph.kernel import BufferSpec, Kernel, KNode
-from tunesearch.graph.lazy import PAD_SAFE, LazyNode, load, movement
-from tunesearch.graph.ops import BinaryOps, MovementOps
+from tunesearch.graph.lazy import LazyNode, const, load, movement
+from tunesearch.graph.ops import MovementOps
 from tunesearch.graph.view import View
 
 
@@ -105,34 +105,27 @@ def _fuse_permuted_reduces(items: list[ScheduleItem], roots: list[LazyNode]
 
 def concat_pieces(root: LazyNode
                   ) -> list[tuple[tuple[LazyNode, View], Kernel, list[LazyNode]]] | None:
-    """Where root is a concatenation: a sum of pieces, each zero but in a range of one axis
-    (every read of it padded to that range, through ops that keep zero at zero), the ranges
-    tiling the axis. Then per piece: the piece unpadded with the view of root's buffer it
-    fills, its kernel and the kernel's inputs. None for any other node, and where a piece's
-    kernel does not build (a domain that cannot take the slice's view)."""
-    if root.op is not BinaryOps.ADD or root.realized is not None:
+    """Where root is elementwise work on a concatenation (a concatenation is a sum of pieces
+    read through views padded to ranges of one axis): the ranges of its masked reads on that
+    axis, each equal to or apart from every other, tile the axis. Then per range: root there
+    (shrunk to the range, the reads padded to other ranges dropped as zeros) with the view of
+    root's buffer it fills, its kernel and the kernel's inputs. None for any other node, and
+    where a piece's kernel does not build (a domain that cannot take the slice's view)."""
+    if not root.is_elementwise or root.realized is not None:
         return None
-    terms, stack = [], [root]
-    while stack:
-        node = stack.pop()
-        if node.op is BinaryOps.ADD and node.realized is None and \
-                (node is root or _is_padded_sum(node)):
-            stack.extend(reversed(node.src))
-        else:
-            terms.append(node)
-    ranges = [_padded_range(t) for t in terms]
-    if len(terms) < 2 or any(r is None for r in ranges) or len({a for a, _ in ranges}) != 1:
+    cuts = _masked_reads(root)
+    if cuts is None or len({axis for axis, _ in cuts}) != 1:
         return None
-    axis = ranges[0][0]
-    spans = sorted(span for _, span in ranges)
-    if spans[0][0] != 0 or spans[-1][1] != root.shape[axis] or \
+    axis = next(iter(cuts))[0]
+    spans = sorted({span for _, span in cuts})
+    if len(spans) < 2 or spans[0][0] != 0 or spans[-1][1] != root.shape[axis] or \
             any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
         return None
     out = []
     whole = View.contiguous(root.shape)
-    for term, (_, (lo, hi)) in zip(terms, ranges):
+    for lo, hi in spans:
         box = tuple((lo, hi) if a == axis else (0, s) for a, s in enumerate(root.shape))
-        piece = movement(term, MovementOps.SHRINK, box)
+        piece = _without_zero_reads(movement(root, MovementOps.SHRINK, box), {})
         dest = whole.shrink(box)
         built = build_kernel(piece, dest=(dest, root.numel))
         if built is None:
@@ -141,17 +134,11 @@ def concat_pieces(root: LazyNode
     return out
 
 
-def _is_padded_sum(node: LazyNode) -> bool:
-    """An inner add of a concatenation's sum (itself a sum of padded pieces), not a piece."""
-    return _padded_range(node) is None
-
-
-def _padded_range(term: LazyNode) -> tuple[int, tuple[int, int]] | None:
-    """(axis, (lo, hi)) where every leaf of term is read through a view masked to [lo, hi) on
-    that one axis and unmasked on the others, through ops that keep zero at zero (so term is
-    zero outside the range); else None."""
-    found: set[tuple[int, int, int]] = set()
-    stack, seen = [term], set()
+def _masked_reads(root: LazyNode) -> set[tuple[int, tuple[int, int]]] | None:
+    """The (axis, range) of every read under root's elementwise work that is masked, each on
+    exactly one axis; None where one is masked on several, or root's work reaches a reduce."""
+    found: set[tuple[int, tuple[int, int]]] = set()
+    stack, seen = [root], set()
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -160,20 +147,34 @@ def _padded_range(term: LazyNode) -> tuple[int, tuple[int, int]] | None:
         if node.op in ("load", "const"):
             view = node.arg if node.op == "load" else node.arg[1]
             if view.mask is None:
-                return None
-            cut = [(a, lo, hi) for a, ((lo, hi), size) in enumerate(zip(view.mask, view.shape))
-                   if (lo, hi) != (0, size)]
-            if len(cut) != 1 or cut[0][1] >= cut[0][2]:
+                continue
+            cut = [(a, (lo, hi)) for a, ((lo, hi), size) in
+                   enumerate(zip(view.mask, view.shape)) if (lo, hi) != (0, size)]
+            if len(cut) != 1 or cut[0][1][0] >= cut[0][1][1]:
                 return None
             found.add(cut[0])
-        elif node.is_elementwise and node.op in PAD_SAFE and node.realized is None:
+        elif node.is_elementwise and node.realized is None:
             stack.extend(node.src)
         else:
             return None
-    if len(found) != 1:
-        return None
-    axis, lo, hi = found.pop()
-    return axis, (lo, hi)
+    return found
+
+
+def _without_zero_reads(node: LazyNode, memo: dict) -> LazyNode:
+    """node with every read whose view is masked everywhere (a piece padded to another range)
+    made the constant zero, so the kernel does not read that buffer."""
+    if id(node) not in memo:
+        out = node
+        if node.op in ("load", "const"):
+            view = node.arg if node.op == "load" else node.arg[1]
+            if view.mask is not None and any(lo >= hi for lo, hi in view.mask):
+                out = const(0, node.shape, node.dtype, node.device)
+        elif node.is_elementwise and node.realized is None:
+            srcs = tuple(_without_zero_reads(src, memo) for src in node.src)
+            if any(a is not b for a, b in zip(srcs, node.src)):
+                out = LazyNode(node.op, srcs, node.arg, node.shape, node.dtype, node.device)
+        memo[id(node)] = out
+    return memo[id(node)]
 
 
 def permutation_of(view: View, shape: tuple[int, ...]) -> tuple[int, ...] | None:
