@@ -158,7 +158,19 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
                         for a in range(n_out)) or "0"
     if reduce_node is not None:
         vector = max(1, vector_bytes // reduce_node.dtype.itemsize)
+
+        def vector_chunks(var: str, bound) -> list[str]:
+            """A loop over `bound` lanes, one vector at a time: a loop unrolled over the
+            vectors around an `omp simd` loop over one vector's lanes."""
+            return [f"{unroll_lanes} for (int {var}v = 0; {var}v < {bound}; "
+                    f"{var}v += {vector}) {{",
+                    f"_Pragma(\"omp simd\") for (int {var} = {var}v; {var} < "
+                    f"({var}v+{vector} < {bound} ? {var}v+{vector} : {bound}); {var}++) {{"]
         acc_type = d.type_name(reduce_node.dtype)
+        # the block's sum at one element: its partial sums added
+        block_sum = [f"{acc_type} red = {acc_at}[0];",
+                     f"for (int s = 1; s < {split}; s++) "
+                     + d.reduce_step(reduce_node.op, "red", f"{acc_at}[s]")]
         init = d.reduce_init(reduce_node.op, reduce_node.dtype)
         body.append(f"{acc_type} acc{acc_dims}[{split}];")
         body += [unroll_lanes + " " + loop for loop in compute_loops]
@@ -203,11 +215,7 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
                     body.append(f"_Pragma(\"omp simd\") for (int {var} = 0; {var} < {bound}; "
                                 f"{var}++) {{")
                 else:
-                    body.append(f"{unroll_lanes} for (int {var}v = 0; {var}v < {bound}; "
-                                f"{var}v += {vector}) {{")
-                    body.append(f"_Pragma(\"omp simd\") for (int {var} = {var}v; {var} < "
-                                f"({var}v+{vector} < {bound} ? {var}v+{vector} : {bound}); "
-                                f"{var}++) {{")
+                    body += vector_chunks(var, bound)
                     opened += 1
             body.append(f"const int r{inner} = r{inner}b + s;")
             stmts: list[str] = []
@@ -227,29 +235,18 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     simd_store = reduce_node is None
     chunked = reduce_node is not None and n_out and not tiled
     if chunked:
-        last = n_out - 1
-        acc_type = d.type_name(reduce_node.dtype)
         blk_at = "blk" + "".join(f"[l{a}]" for a in range(n_out))
         body.append(f"{acc_type} blk{acc_dims};")
         body += [unroll_lanes + " " + loop + " {" for loop in lane_loops]
-        body.append(f"{acc_type} red = {acc_at}[0];")
-        body.append(f"for (int s = 1; s < {split}; s++) "
-                    + d.reduce_step(reduce_node.op, "red", f"{acc_at}[s]"))
-        body.append(f"{blk_at} = red;")
-        body.append("}" * n_out)
+        body += block_sum + [f"{blk_at} = red;", "}" * n_out]
         body += [unroll_lanes + " " + loop + " {" for loop in lane_loops[:-1]]
-        body.append(f"{unroll_lanes} for (int l{last}v = 0; l{last}v < n{last}; "
-                    f"l{last}v += {vector}) {{")
-        body.append(f"_Pragma(\"omp simd\") for (int l{last} = l{last}v; l{last} < "
-                    f"(l{last}v+{vector} < n{last} ? l{last}v+{vector} : n{last}); l{last}++) {{")
+        body += vector_chunks(f"l{n_out - 1}", f"n{n_out - 1}")
         body.append(f"{acc_type} red = {blk_at};")
     else:
         body += [("_Pragma(\"omp simd\")" if simd_store and a == n_out - 1 else unroll_lanes)
                  + " " + loop + " {" for a, loop in enumerate(lane_loops)]
     if reduce_node is not None and not chunked:
-        body.append(f"{d.type_name(reduce_node.dtype)} red = {acc_at}[0];")
-        body.append(f"for (int s = 1; s < {split}; s++) "
-                    + d.reduce_step(reduce_node.op, "red", f"{acc_at}[s]"))
+        body += block_sum
         if tiled:
             body.append(f"if (!last) part[{part_idx}] = red; else {{")
     stmts = []
