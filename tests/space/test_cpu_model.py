@@ -94,8 +94,8 @@ def test_a_panel_pays_where_the_sliver_in_place_would_not_stay():
 
 
 def test_k_tile_from_l1():
-    """BLIS's kc: a 4x24 block on a 32 KiB 8-way L1 keeps 4 rows x kc in one way of each set:
-    kc = 64 sets * 64 bytes / (4 rows * 4 bytes) = 256. A larger L1 gives a longer tile."""
+    """BLIS's kc: a 4x24 block on a 32 KiB 8-way L1 (ways of 4 KiB) takes 1 + 6 ways at
+    kc = 256, 2 + 12 at 512. A larger L1 gives a longer tile."""
     target = LEVELS["avx2"]
     block = cpu_model.RegisterBlock(4, 3, 8)
     assert cpu_model.k_tile(target, block) == 256
@@ -103,23 +103,21 @@ def test_k_tile_from_l1():
     assert cpu_model.k_tile(bigger, block) == 512
 
 
-def test_k_tile_keeps_the_outer_blocks_sliver_in_l1():
-    """The sliver kept across the inner block loop is the outer blocks': rows outermost keep
-    a 6 x kc sliver of the first operand (one way of 8: kc = 170, a tile of 128); columns
-    outermost keep a kc x 16 sliver of the second (five ways: kc = 320, 256, BLIS's Haswell
-    kc), and the default's tile follows its order."""
+def test_k_tile_keeps_both_slivers_in_l1():
+    """BLIS's condition: a block's two slivers (6 x kc and kc x 16) take whole ways of L1's
+    sets, one way left over. At kc = 256 they take 2 + 4 of 8 ways (BLIS's Haswell kc), at
+    512 they would take 3 + 8; the same whichever sliver the block order keeps (a 6-row
+    sliver alone in one way, kc = 128, ran 64x4096x4096 at 0.65x OpenBLAS on one thread
+    where 256 ran it at 0.85x)."""
     from tunesearch.space import cpu_default
     from tunesearch.space.config import Config
     target = LEVELS["avx2"]
-    block = cpu_model.RegisterBlock(6, 2, 8)
-    assert cpu_model.k_tile(target, block, resident_rows=True) == 128
-    assert cpu_model.k_tile(target, block, resident_rows=False) == 256
+    assert cpu_model.k_tile(target, cpu_model.RegisterBlock(6, 2, 8)) == 256
     kernel = dict(GEMMS)["matmul_square"]
     row, col, _ = gemm_axes(kernel)
-    rows_first = Config.make(upcast=(6, 16), order=(row, col))
-    columns_first = Config.make(upcast=(6, 16), order=(col, row))
-    assert cpu_default.model_ktile(kernel, target, rows_first) == 128
-    assert cpu_default.model_ktile(kernel, target, columns_first) == 256
+    for order in ((row, col), (col, row)):
+        config = Config.make(upcast=(6, 16), order=order)
+        assert cpu_default.model_ktile(kernel, target, config) == 256
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -163,6 +161,36 @@ def test_the_default_packs_the_column_side_where_the_panel_pays():
     row, col, b_side = gemm_axes(kernel)
     assert kernel.domain[col] == 3136
     assert b_side not in space_for(kernel, target).default().get("pack")
+
+
+def test_the_default_packs_the_row_side_that_leaves_l2():
+    """The rows every column block reads again are packed where they do not stay in L2: in
+    size (matmul 1024: all of A, 4 MiB, with the column blocks outermost), or by crowding its
+    sets (64x4096x4096 on two threads: a k tile of 64 rows 16 KiB apart, 16 lines to a set
+    of 8 ways). Not where they stay (a 3x3 convolution's 32x1152 weights), nor where the rows
+    outermost keep one row block's sliver (the same matmul on one thread)."""
+    import dataclasses
+    import numpy as np
+    from tunesearch import Tensor
+    two = dataclasses.replace(LEVELS["avx2"], threads=2, fork_join_s=1e-6)
+    target = dataclasses.replace(two, threads=1)
+
+    def row_side_packed(kernel, target):
+        row, col, b_side = gemm_axes(kernel)
+        config = space_for(kernel, target).default()
+        rows = [i for i in config.get("pack") if i != b_side]
+        return config, bool(rows)
+
+    square = np.zeros((1024, 1024), np.float32)
+    assert row_side_packed(_last_kernel(Tensor(square) @ Tensor(square)), target)[1]
+    a, b = np.zeros((64, 4096), np.float32), np.zeros((4096, 4096), np.float32)
+    skinny = _last_kernel(Tensor(a) @ Tensor(b))
+    config, packed = row_side_packed(skinny, two)
+    assert packed and config.get("ktile") == 256
+    config, packed = row_side_packed(skinny, target)
+    assert not packed and config.get("order")[0] == gemm_axes(skinny)[0]
+    weight, im2col = np.zeros((32, 1152), np.float32), np.zeros((1152, 3136), np.float32)
+    assert not row_side_packed(_last_kernel(Tensor(weight) @ Tensor(im2col)), target)[1]
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -89,13 +89,15 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                 # one thread: the row blocks outermost, the row sliver resident in L1;
                 # several: the blocks of the larger side are shared out, so each thread
                 # streams only its part of the larger operand's panel. The tile keeps the
-                # sliver of the outer blocks resident in L1 (the column sliver where the
-                # column blocks are outermost).
+                # sliver of the outer blocks resident in L1 beside the inner ones'.
                 outer = row if target.threads == 1 or domain[row] >= domain[col] else col
-                tile = model_ktile(kernel, target, Config.make(
-                    upcast=tuple(upcast), order=(outer, col if outer == row else row)))
+                tile = model_ktile(kernel, target, Config.make(upcast=tuple(upcast)))
                 if tile < domain[n_out]:
                     ktile, first = tile, outer
+            a_side = next((i for i in packable(kernel) if i != b_side and i not in pack), None)
+            if a_side is not None and _row_tile_leaves_l2(
+                    kernel, target, views[a_side], row, col, upcast, ktile, first):
+                pack = tuple(sorted(pack + (a_side,)))
         elif inner_contig and (domain[-1] >= cpu_model.reduce_split(target, itemsize)
                                or last is None):
             split = max(s for s in (1, 2, 4, 8, 16, 32)
@@ -143,10 +145,34 @@ def _rows_across_lines(view, row: int, col: int, reduce_axes: list[int]) -> bool
         strides[reduce_axes[-1]] not in (0, 1)
 
 
+def _row_tile_leaves_l2(kernel: Kernel, target: Target, view, row: int, col: int,
+                        upcast: list[int], ktile: int, first: int) -> bool:
+    """Whether a row side read in place as whole rows of the reduce (a matmul's first
+    operand) is better packed, as BLIS packs it: where the rows every column block reads
+    again (all of them with the column blocks outermost, else one row block's) do not stay
+    in L2 beside the column sliver, in size (cpu_model.holds) or because they crowd its sets
+    (cpu_model.crowds_l2: rows a power of two apart). Each column block then streams them from L3 again; in place that is one stream
+    per row of the register block, packed one stream in the order the reduce takes it."""
+    n_out, domain = kernel.n_out, kernel.domain
+    strides = view.strides
+    run = prod(domain[n_out:]) if not ktile else ktile * prod(domain[n_out + 1:])
+    contiguous = strides[-1] == 1 and all(
+        strides[a] == strides[a + 1] * domain[a + 1] for a in range(n_out, len(domain) - 1))
+    if view.mask is not None or not contiguous or strides[col] != 0 \
+            or strides[row] in (0, 1) or domain[col] <= upcast[col]:
+        return False
+    rows = domain[row] if first == col else upcast[row]
+    itemsize = kernel.buffers[0].dtype.itemsize
+    starts = (view.offset + np.arange(rows) * strides[row]) * itemsize
+    # beside them L2 holds the column sliver they meet (run x columns)
+    together = (rows + upcast[col]) * run * itemsize
+    return not cpu_model.holds(target.l2, together) or \
+        cpu_model.crowds_l2(target, starts, run * itemsize)
+
+
 def model_ktile(kernel: Kernel, target: Target, config: Config) -> int:
-    """The k tile the model gives for config's register block and block order: the sliver
-    of whichever of the row and column blocks is outer stays resident in L1 (rows where the
-    config has no order)."""
+    """The k tile the model gives for config's register block: the sliver of whichever of
+    the row and column blocks is outer stays resident in L1 beside the other's."""
     gemm = gemm_axes(kernel)
     if gemm is None:
         return 0
@@ -155,10 +181,8 @@ def model_ktile(kernel: Kernel, target: Target, config: Config) -> int:
     lanes = target.lanes(itemsize)
     upcast = config.get("upcast")
     block = cpu_model.RegisterBlock(upcast[row], -(-upcast[col] // lanes), lanes)
-    order = [a for a in config.get("order", ()) if a in (row, col)]
-    resident_rows = not order or order[0] == row
     inner = prod(kernel.domain[kernel.n_out + 1:])
-    tile = cpu_model.k_tile(target, block, itemsize, resident_rows) // inner
+    tile = cpu_model.k_tile(target, block, itemsize) // inner
     return max((t for t in KTILES if t <= tile), default=KTILES[0])
 
 

@@ -112,23 +112,29 @@ def fits(cache: Cache, nbytes: int) -> bool:
     return nbytes <= cache.size // 2
 
 
-def k_tile(target: Target, block: RegisterBlock, itemsize: int = 4,
-           resident_rows: bool = True) -> int:
-    """The reduce tile (BLIS's kc) for which the resident sliver of one operand stays in L1
-    while the other streams through it: the resident sliver (rows x kc when the row blocks are
-    outermost, else kc x columns) may take C ways of each L1 set, where C leaves one way for
-    the stream and shares the rest in proportion to the two slivers' widths:
+def holds(cache: Cache, nbytes: int) -> bool:
+    """Whether data that is the whole working set of a loop stays in cache: all ways but one
+    of every set (the one left for what passes through)."""
+    return nbytes <= cache.size * (cache.ways - 1) // cache.ways
 
-        C = floor((ways - 1) / (1 + other / resident)),  kc = C * sets * line / (resident * S)
 
-    Rounded down to a power of two, at least 64."""
+def k_tile(target: Target, block: RegisterBlock, itemsize: int = 4) -> int:
+    """The reduce tile (BLIS's kc) for which the sliver of the outer blocks stays in L1 while
+    the inner blocks' slivers stream past it. During one block's reduce its two slivers (rows
+    x kc of one operand, kc x columns of the other) are both live, and each takes whole ways
+    of the sets it spans; one way is left for everything else (BLIS's condition):
+
+        ceil(rows * kc * S / W) + ceil(columns * kc * S / W) <= ways - 1,  W = sets * line
+
+    The condition is the same whichever sliver stays. The largest power of two that meets
+    it, at least 64: AVX2's 6x16 block on a 32 KiB 8-way L1 takes 2 + 4 ways at kc = 256."""
     l1 = target.l1d
-    sets = max(1, l1.size // (l1.ways * l1.line))
-    resident, other = (block.rows, block.columns) if resident_rows else (block.columns,
-                                                                           block.rows)
-    ways = max(1, math.floor((l1.ways - 1) / (1 + other / resident)))
-    kc = ways * sets * l1.line // (resident * itemsize)
-    return max(64, 1 << max(0, int(math.log2(max(kc, 1)))))
+    way = max(1, l1.size // (l1.ways * l1.line)) * l1.line
+    kc = 1 << 16
+    while kc > 64 and (-(-block.rows * kc * itemsize // way)
+                       + -(-block.columns * kc * itemsize // way)) > l1.ways - 1:
+        kc //= 2
+    return kc
 
 
 def panel_pays(target: Target, starts: np.ndarray, run: int, reads: int) -> bool:
@@ -147,17 +153,33 @@ def panel_pays(target: Target, starts: np.ndarray, run: int, reads: int) -> bool
     lines of every read after the first must outweigh the copy (reading the sliver once and
     writing the panel)."""
     line = target.l1d.line
-    first, last = starts // line, (starts + run - 1) // line
-    spans = first[:, None] + np.arange(int((last - first).max()) + 1)
-    lines = np.unique(spans[spans <= last[:, None]])
-    sets = max(1, target.l2.size // (target.l2.ways * line))
-    if np.bincount(lines % sets).max() > max(1, target.l2.ways - 1):
+    lines = _lines(starts, run, line)
+    if _crowded(target, lines):
         return True
     if fits(target.l1d, len(lines) * line):
         return False
     packed = -(-len(starts) * run // line)
     extra = len(lines) - packed
     return extra > 0 and (reads - 1) * extra > len(lines) + packed
+
+
+def _lines(starts: np.ndarray, run: int, line: int) -> np.ndarray:
+    """The cache lines that runs of `run` bytes at byte offsets `starts` touch."""
+    first, last = starts // line, (starts + run - 1) // line
+    spans = first[:, None] + np.arange(int((last - first).max()) + 1)
+    return np.unique(spans[spans <= last[:, None]])
+
+
+def _crowded(target: Target, lines: np.ndarray) -> bool:
+    """Whether more of lines fall into one L2 set than it holds beside a stream."""
+    sets = max(1, target.l2.size // (target.l2.ways * target.l1d.line))
+    return bool(np.bincount(lines % sets).max() > max(1, target.l2.ways - 1))
+
+
+def crowds_l2(target: Target, starts: np.ndarray, run: int) -> bool:
+    """Whether runs of `run` bytes at byte offsets `starts` put more lines into one L2 set
+    than the set holds beside a stream (all ways but one)."""
+    return _crowded(target, _lines(starts, run, target.l1d.line))
 
 
 def reduce_split(target: Target, itemsize: int = 4) -> int:
