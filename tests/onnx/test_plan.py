@@ -102,3 +102,65 @@ def test_intermediate_buffers_are_reused_without_clobbering():
         h = np.tanh(h @ numpy_helper.to_array(inits[i]))
         first = h if first is None else first
     np.testing.assert_allclose(model(x)["y"], h + first, rtol=1e-4, atol=1e-5)
+
+
+def test_results_of_other_sizes_share_a_freed_buffer_without_clobbering():
+    """Results of different sizes take parts of larger freed buffers (best fit); a value read
+    again at the end is never overwritten, and the outputs match numpy."""
+    widths = [64, 48, 32, 56, 16, 40, 24]
+    inits, nodes, previous = [], [], "x"
+    rng = np.random.default_rng(3)
+    for i, (a, b) in enumerate(zip(widths, widths[1:])):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [previous, f"w{i}"], [f"m{i}"]))
+        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"h{i}"]))
+        previous = f"h{i}"
+    inits.append(numpy_helper.from_array(
+        (rng.standard_normal((48, widths[-1])) / 7).astype(np.float32), "back"))
+    nodes.append(helper.make_node("MatMul", ["h0", "back"], ["early"]))
+    nodes.append(helper.make_node("Add", [previous, "early"], ["y"]))
+    graph = helper.make_graph(nodes, "widths",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    model = tox.load(proto, device="cpu")
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    h, first = x, None
+    for i in range(len(widths) - 1):
+        h = np.tanh(h @ numpy_helper.to_array(inits[i]))
+        first = h if first is None else first
+    want = h + first @ numpy_helper.to_array(inits[-1])
+    for _ in range(2):  # the second run replays the plan on the same buffers
+        np.testing.assert_allclose(model(x)["y"], want, rtol=1e-4, atol=1e-5)
+    plan = model._plan({"x": x.shape})
+    outs = [step.buffers[0] for step in plan.steps]
+    sizes: dict[int, set[int]] = {}
+    for b in outs:
+        sizes.setdefault(b.handle.ctypes.data, set()).add(b.size)
+    assert len(sizes) < len(outs)
+    assert any(len(s) > 1 for s in sizes.values())  # a result in part of a larger buffer
+
+
+def test_buffer_pool_takes_the_smallest_freed_buffer_that_holds_a_result():
+    from tunesearch.graph.dtypes import dtypes
+    from tunesearch.onnx.plan import BufferPool
+    from tunesearch.runtime.device import get_device
+    float32 = dtypes.float32
+    pool = BufferPool(get_device("cpu"))
+    big, small, other = pool.take(100, float32), pool.take(40, float32), pool.take(40, float32)
+    for buffer in (big, small, other):
+        pool.give(buffer)
+    # equal fits: the most recently freed; then the smallest that holds it, as a part
+    assert pool.take(40, float32) is other
+    part = pool.take(30, float32)
+    assert part.size == 30 and part.handle.ctypes.data == small.handle.ctypes.data
+    pool.give(part)  # the whole buffer goes back, not the part
+    assert pool.take(40, float32) is small
+    assert pool.take(100, float32) is big and pool.take(10, float32) not in (big, small)
+    # a device that cannot address part of a buffer shares only equal sizes
+    reference = BufferPool(get_device("reference"))
+    whole = reference.take(100, float32)
+    reference.give(whole)
+    assert reference.take(30, float32) is not whole and reference.take(100, float32) is whole

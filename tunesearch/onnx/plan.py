@@ -77,7 +77,7 @@ class Plan:
         for i, item in enumerate(items):
             for node in item.inputs:
                 last_use[id(node)] = i
-        free: dict[tuple, list[Buffer]] = {}
+        pool = BufferPool(device)
         made: set[int] = set()
         steps = []
         for i, (item, choice) in enumerate(zip(items, choices)):
@@ -85,8 +85,7 @@ class Plan:
             if id(item.out) in made:  # the next piece of a concatenation: the same buffer
                 out = item.out.realized
             else:
-                pool = free.get((spec.size, spec.dtype.name))
-                out = pool.pop() if pool else device.alloc(spec.size, spec.dtype)
+                out = pool.take(spec.size, spec.dtype)
             item.out.realized = out
             made.add(id(item.out))
             program = realize.get_program(item.kernel, device, choice.config,
@@ -96,7 +95,7 @@ class Plan:
             steps.append(Step(program, buffers, item.kernel, choice))
             for node in item.inputs:  # buffers read for the last time go back to the pool
                 if id(node) in made and last_use[id(node)] == i and id(node) not in self._keep:
-                    free.setdefault((node.numel, node.dtype.name), []).append(node.realized)
+                    pool.give(node.realized)
         self.steps = steps
         self._launch = None  # bound on the first launch
         kernel_run.print_schedule("model plan", [step.kernel for step in steps],
@@ -185,6 +184,37 @@ class Plan:
                                            step.choice.tuned, step.buffers))
         self.device.synchronize()
         kernel_run.save_graph()
+
+
+class BufferPool:
+    """The buffers of a plan's intermediate results. A result takes the smallest freed buffer
+    that holds it, the most recently freed among equal ones (its lines are the likeliest to
+    still be in cache): part of a larger one where the device can address part of a buffer
+    (Device.part), else one of its exact size; a new buffer only where none is free. Best fit
+    keeps the footprint near that of the results live at once, so more of them stay in cache
+    from one run to the next (squeezenet kept 27 buffers, 13.4 MiB, when only equal sizes
+    were shared)."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.free: list[Buffer] = []       # freed buffers, the most recent last
+        self.whole: dict[int, Buffer] = {}  # serial of a part -> the buffer it is part of
+
+    def take(self, size: int, dtype) -> Buffer:
+        fits = sorted((b.size, -n) for n, b in enumerate(self.free)
+                      if b.dtype.name == dtype.name and b.size >= size)
+        for _, n in fits:
+            buffer = self.free[-n]
+            if buffer.size == size:
+                return self.free.pop(-n)
+            part = self.device.part(buffer, size)
+            if part is not None:
+                self.whole[part.serial] = self.free.pop(-n)
+                return part
+        return self.device.alloc(size, dtype)
+
+    def give(self, buffer: Buffer) -> None:
+        self.free.append(self.whole.pop(buffer.serial, buffer))
 
 
 def _dims(shape) -> str:

@@ -111,6 +111,10 @@ class CPUDevice(Device):
         array = aligned_empty(max(size, 1), dtype.np)
         return Buffer(self.name, size, dtype, array, array.ctypes.data)
 
+    def part(self, buffer: Buffer, size: int) -> Buffer:
+        return Buffer(self.name, size, buffer.dtype, buffer.handle[:max(size, 1)],
+                      buffer.address)
+
     def copyin(self, buffer: Buffer, array: np.ndarray) -> None:
         buffer.handle[:buffer.size] = array.reshape(-1)
 

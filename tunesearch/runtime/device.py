@@ -161,6 +161,11 @@ class Device(ABC):
     @abstractmethod
     def alloc(self, size: int, dtype: DType) -> Buffer: ...
 
+    def part(self, buffer: Buffer, size: int) -> Buffer | None:
+        """The first `size` elements of buffer as a buffer of their own (the same memory), or
+        None where the device cannot address part of a buffer."""
+        return None
+
     @abstractmethod
     def copyin(self, buffer: Buffer, array: np.ndarray) -> None: ...
 
