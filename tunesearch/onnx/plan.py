@@ -201,15 +201,15 @@ class BufferPool:
         self.whole: dict[int, Buffer] = {}  # serial of a part -> the buffer it is part of
 
     def take(self, size: int, dtype) -> Buffer:
-        fits = sorted((b.size, -n) for n, b in enumerate(self.free)
+        fits = sorted((b.size, -n, n) for n, b in enumerate(self.free)
                       if b.dtype.name == dtype.name and b.size >= size)
-        for _, n in fits:
-            buffer = self.free[-n]
+        for _, _, n in fits:
+            buffer = self.free[n]
             if buffer.size == size:
-                return self.free.pop(-n)
+                return self.free.pop(n)
             part = self.device.part(buffer, size)
             if part is not None:
-                self.whole[part.serial] = self.free.pop(-n)
+                self.whole[part.serial] = self.free.pop(n)
                 return part
         return self.device.alloc(size, dtype)
 

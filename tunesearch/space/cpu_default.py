@@ -151,8 +151,9 @@ def _row_tile_leaves_l2(kernel: Kernel, target: Target, view, row: int, col: int
     operand) is better packed, as BLIS packs it: where the rows every column block reads
     again (all of them with the column blocks outermost, else one row block's) do not stay
     in L2 beside the column sliver, in size (cpu_model.holds) or because they crowd its sets
-    (cpu_model.crowds_l2: rows a power of two apart). Each column block then streams them from L3 again; in place that is one stream
-    per row of the register block, packed one stream in the order the reduce takes it."""
+    (cpu_model.crowds_l2: rows a power of two apart). Each column block then streams them
+    from L3 again: in place one stream per row of the register block, packed one stream in
+    the order the reduce takes it."""
     n_out, domain = kernel.n_out, kernel.domain
     strides = view.strides
     run = prod(domain[n_out:]) if not ktile else ktile * prod(domain[n_out + 1:])
