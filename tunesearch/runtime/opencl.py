@@ -100,6 +100,11 @@ class OpenCLDevice(GPUDevice):
         return Buffer(self.name, size, dtype,
                       self.cl.Buffer(self.context, flags, max(size * dtype.itemsize, 1)))
 
+    def part(self, buffer: Buffer, size: int) -> Buffer:
+        # a sub-buffer at origin 0, which every device's base-address alignment allows
+        return Buffer(self.name, size, buffer.dtype, buffer.handle.get_sub_region(
+            0, max(size * buffer.dtype.itemsize, 1)))
+
     def _to_device(self, handle, host: np.ndarray) -> None:
         self.cl.enqueue_copy(self.queue, handle, host, is_blocking=True)
 
