@@ -94,8 +94,8 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                 tile = model_ktile(kernel, target, Config.make(upcast=tuple(upcast)))
                 if tile < domain[n_out]:
                     ktile, first = tile, outer
-            a_side = next((i for i in packable(kernel) if i != b_side and i not in pack), None)
-            if a_side is not None and _row_tile_leaves_l2(
+            a_side = next((i for i in packable(kernel) if i != b_side), None)
+            if a_side is not None and a_side not in pack and _row_tile_leaves_l2(
                     kernel, target, views[a_side], row, col, upcast, ktile, first):
                 pack = tuple(sorted(pack + (a_side,)))
         elif inner_contig and (domain[-1] >= cpu_model.reduce_split(target, itemsize)
