@@ -1,11 +1,16 @@
 """Expected failures are UserErrors (one line, exit 2); anything else is a bug (exit 1)."""
 from __future__ import annotations
 
+import gc
+import os
+import signal
+
 import pytest
 
 from tunesearch.db import DatabaseError
 from tunesearch.errors import (EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, InputError, SettingError,
-                               ShapeError, UsageError, UserError, run_command)
+                               ShapeError, UsageError, UserError, ctrl_c_pressed,
+                               noticing_ctrl_c, run_command)
 from tunesearch.onnx import OnnxImportError
 from tunesearch.runtime.device import CompileError, DeviceUnavailable
 from tunesearch.search import TuneError
@@ -62,3 +67,44 @@ def test_debug_1_adds_the_traceback_of_a_bug(capsys, monkeypatch):
 def test_a_command_returns_its_own_code():
     assert run_command(lambda: None) == 0
     assert run_command(lambda: 130) == 130
+
+
+class _PressesCtrlCWhenCollected:
+    """Ctrl-C arriving while the garbage collector runs a finalizer: Python drops the
+    KeyboardInterrupt raised there ("Exception ignored in ...") and the program goes on."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # bytecodes for the signal handler to run on, still in here
+            pass
+
+
+def press_ctrl_c_in_a_finalizer():
+    _PressesCtrlCWhenCollected()
+    gc.collect()
+
+
+def test_a_ctrl_c_dropped_in_a_finalizer_still_ends_the_command_with_130(capsys):
+    finished = []
+
+    def command():
+        press_ctrl_c_in_a_finalizer()
+        finished.append(True)  # the KeyboardInterrupt did not reach here
+
+    assert run_command(command) == 130
+    assert finished == [True]
+    assert "interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert run_command(lambda: None) == 0  # the next command starts afresh
+
+
+def test_ctrl_c_pressed_only_counts_under_noticing_ctrl_c():
+    with noticing_ctrl_c():
+        assert not ctrl_c_pressed()
+        press_ctrl_c_in_a_finalizer()
+        assert ctrl_c_pressed()
+    assert not ctrl_c_pressed()
+    with pytest.raises(KeyboardInterrupt):  # outside it, Python's own handler again
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass

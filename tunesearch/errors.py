@@ -17,9 +17,12 @@ layer included, which otherwise imports nothing else of tunesearch) may derive i
 """
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import traceback
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 
 def one_line(text: object) -> str:
@@ -54,12 +57,52 @@ EXIT_INTERNAL_ERROR = 1
 EXIT_INTERRUPTED = 130
 
 
+_ctrl_c = threading.Event()
+
+
+def ctrl_c_pressed() -> bool:
+    """Whether Ctrl-C came while a command ran under `noticing_ctrl_c`, even where the
+    KeyboardInterrupt it raised never reached a handler: Python drops an exception raised in a
+    weakref callback or a `__del__` (SQLAlchemy's and the garbage collector's run at any bytecode)
+    with an "Exception ignored" line and goes on. Long loops ask this between steps, so a
+    Ctrl-C cannot be lost that way."""
+    return _ctrl_c.is_set()
+
+
+def _on_ctrl_c(signum, frame) -> None:
+    _ctrl_c.set()
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def noticing_ctrl_c() -> Iterator[None]:
+    """Record every Ctrl-C for `ctrl_c_pressed` while the block runs (on the main thread, where
+    Python delivers signals, and only where Ctrl-C still has Python's own handler)."""
+    _ctrl_c.clear()
+    install = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if install:
+        signal.signal(signal.SIGINT, _on_ctrl_c)
+    try:
+        yield
+    finally:
+        _ctrl_c.clear()
+        if install:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def run_command(command: Callable[[], int | None], prog: str = "tunesearch") -> int:
     """Run one command of the command line and return its exit code; the one place where
     failures become exit codes. A `UserError` is its one line on stderr and exit 2; Ctrl-C is
-    130; anything else is a bug: exit 1 and one line that says so (DEBUG=1 adds the traceback)."""
+    130, also where the command finished because its KeyboardInterrupt was dropped (see
+    `ctrl_c_pressed`); anything else is a bug: exit 1 and one line that says so (DEBUG=1 adds the
+    traceback)."""
     try:
-        return command() or 0
+        with noticing_ctrl_c():
+            code = command() or 0
+            if code == 0 and ctrl_c_pressed():
+                raise KeyboardInterrupt
+            return code
     except UserError as err:
         print(f"{prog}: error: {one_line(err) or type(err).__name__}", file=sys.stderr)
         return EXIT_USER_ERROR

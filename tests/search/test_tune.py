@@ -12,8 +12,10 @@ import pytest
 from rich.console import Console
 
 from tests.search.kernels import add, matmul
+from tests.test_errors import press_ctrl_c_in_a_finalizer
 from tunesearch.db import Store
 from tunesearch.db.leases import model_kernels
+from tunesearch.errors import noticing_ctrl_c
 from tunesearch.runtime.device import get_device
 from tunesearch.search import (Budget, RichProgress, SimulatedMeasurer, TuneError, summary_table,
                                tune_kernels)
@@ -112,6 +114,29 @@ def test_ctrl_c_keeps_the_best_so_far_and_stops(store):
     assert mm.status == "interrupted" and mm.trials == 7 and mm.saved  # the 8th never answered
     assert elementwise.status == "skipped"
     assert [r.name for r in seen] == [MM.name]
+    assert store.lookup(MM.key, get_device("cpu").info().key).time_s == mm.time_s
+
+
+def test_a_dropped_ctrl_c_stops_the_run_after_the_batch_and_keeps_it(store):
+    # Ctrl-C while a finalizer runs: its KeyboardInterrupt never reaches the search, which
+    # still stops at the next batch and saves what it found (errors.ctrl_c_pressed)
+    calls = []
+
+    def pressed_on_the_eighth(config):
+        calls.append(config)
+        if len(calls) == 8:
+            press_ctrl_c_in_a_finalizer()
+        return cost(1e-3)(config)
+
+    sim = SimulatedMeasurer(by_kernel={MM.key: pressed_on_the_eighth,
+                                       ELEMENTWISE.key: cost(1e-6)})
+    with noticing_ctrl_c():
+        report = tune_kernels([MM, ELEMENTWISE], "cpu", Budget(trials=30), store=store,
+                              progress=False, measurer=sim)
+    assert report.interrupted
+    mm, elementwise = report.results
+    assert mm.status == "interrupted" and 8 <= mm.trials < 30 and mm.saved
+    assert elementwise.status == "skipped"
     assert store.lookup(MM.key, get_device("cpu").info().key).time_s == mm.time_s
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 import optuna
 from optuna.trial import TrialState
 
+from tunesearch.errors import ctrl_c_pressed
 from tunesearch.graph.kernel import Kernel
 from tunesearch.search.measure import Measurer
 from tunesearch.search.results import ERROR_KINDS, Budget, MeasureResult, SearchResult, Trial
@@ -175,6 +176,8 @@ class _Search:
         return 2.0 * max(times) if times else 1.0
 
     def stop_reason(self, sampler) -> str | None:
+        if ctrl_c_pressed():  # its KeyboardInterrupt may have been dropped (see errors.py)
+            return "interrupted"
         b = self.budget
         if b.trials is not None and self.measured >= b.trials:
             return "trials"

@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Mapping
 
 from tunesearch.db import (DatabaseError, DeviceRecord, KernelRecord, ResultRecord,
                            TrialRecord)
+from tunesearch.errors import ctrl_c_pressed
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Device, DeviceUnavailable, get_device
 from tunesearch.search.measure import DeviceMeasurer, Measurer
@@ -245,6 +246,9 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
         weights = [j.weight or fallback for j in todo]  # a failing default still deserves a search
         trials_left = budget.trials * len(todo) if budget.trials is not None else None
         for i, job in enumerate(todo):
+            if ctrl_c_pressed():  # its KeyboardInterrupt may have been dropped (see errors.py)
+                interrupted = True
+                break
             share = weights[i] / sum(weights[i:])
             if store is not None:  # looked up now: kernels tuned earlier in this run count
                 job.starts = _starts(store, job, info.key)
