@@ -8,4 +8,6 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
 "$VENV/bin/pip" install -q -e ".[test]"
 export TUNESEARCH_CACHE=${TUNESEARCH_CACHE:-$(mktemp -d)/tunesearch}
-"$VENV/bin/python" -m pytest -q "$@"
+# test files spread over the cores (pytest-xdist), each file whole on one worker so its
+# module-scoped builds run once; at most 4 workers; TEST_WORKERS=0 runs all in this process
+"$VENV/bin/python" -m pytest -q -n "${TEST_WORKERS:-auto}" --maxprocesses 4 --dist loadfile "$@"

@@ -84,6 +84,7 @@ def press_ctrl_c_in_a_finalizer():
     gc.collect()
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop itself
 def test_a_ctrl_c_dropped_in_a_finalizer_still_ends_the_command_with_130(capsys):
     finished = []
 
@@ -98,6 +99,7 @@ def test_a_ctrl_c_dropped_in_a_finalizer_still_ends_the_command_with_130(capsys)
     assert run_command(lambda: None) == 0  # the next command starts afresh
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop itself
 def test_ctrl_c_pressed_only_counts_under_noticing_ctrl_c():
     with noticing_ctrl_c():
         assert not ctrl_c_pressed()

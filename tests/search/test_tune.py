@@ -117,6 +117,7 @@ def test_ctrl_c_keeps_the_best_so_far_and_stops(store):
     assert store.lookup(MM.key, get_device("cpu").info().key).time_s == mm.time_s
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop itself
 def test_a_dropped_ctrl_c_stops_the_run_after_the_batch_and_keeps_it(store):
     # Ctrl-C while a finalizer runs: its KeyboardInterrupt never reaches the search, which
     # still stops at the next batch and saves what it found (errors.ctrl_c_pressed)
