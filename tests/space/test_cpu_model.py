@@ -193,6 +193,40 @@ def test_the_default_packs_the_row_side_that_leaves_l2():
     assert not row_side_packed(_last_kernel(Tensor(weight) @ Tensor(im2col)), target)[1]
 
 
+def test_a_short_reduce_with_many_output_rows_writes_them_row_block_by_row_block():
+    """A 3x3 convolution of an RGB image (64 channels, a 27-long reduce, 12321 positions):
+    BLIS's order would write a line into each of the 64 channel rows per column step, more
+    streams than a prefetcher follows, into an output that leaves L2; the row blocks go
+    outermost and the positions innermost. Not where the reduce is long (a 64-deep 1x1
+    convolution to 256 channels), the rows few (16 channels), the output small enough for L2
+    (512 positions), or where the column side read again per row block would not stay in L3
+    beside the output (224x224 positions)."""
+    import dataclasses
+    import numpy as np
+    from tunesearch import Tensor
+    target = dataclasses.replace(LEVELS["avx2"], l3=Cache(32 << 20, 16, shared_by=2))  # Zen 3
+
+    def order(rows, reduce, cols):
+        kernel = _last_kernel(Tensor(np.zeros((rows, reduce), np.float32))
+                              @ Tensor(np.zeros((reduce, cols), np.float32)))
+        row, col, _ = gemm_axes(kernel)
+        config = space_for(kernel, target).default()
+        return config.get("order"), row, col
+
+    got, row, col = order(64, 27, 12321)
+    assert got[0] == row and got[1] == col
+    for shape in ((256, 64, 3136), (16, 16, 3025), (64, 16, 512), (64, 27, 50176)):
+        got, row, col = order(*shape)
+        assert got[0] == col, shape
+    mib = 1 << 20
+    assert cpu_model.writes_scatter(target, 33, mib, 128, mib)
+    assert not cpu_model.writes_scatter(target, 32, mib, 128, mib)  # the prefetcher follows
+    assert not cpu_model.writes_scatter(target, 33, mib // 8, 128, mib)  # stays in L2
+    assert not cpu_model.writes_scatter(target, 33, mib, 129, mib)  # the FMAs hide the misses
+    # the column side read again per row block would come from DRAM: vgg19's first conv
+    assert not cpu_model.writes_scatter(target, 64, 12 * mib, 108, 5 * mib)
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_sampled_matmul_blocks_never_spill(level):
     target = LEVELS[level]

@@ -50,12 +50,14 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     reduce strides (a channels-first input with the positions as rows: a block's rows take
     a cache line of their own at every step of the reduce, a panel makes them one stream);
     the column blocks outermost while a column and a row sliver of the whole reduce stay in
-    L2 together (BLIS's jr loop around ir), else a k tile that keeps the outer blocks' sliver
+    L2 together (BLIS's jr loop around ir), but the row blocks outermost where a short reduce
+    would write more output rows at once than a prefetcher follows (cpu_model.writes_scatter),
+    else a k tile that keeps the outer blocks' sliver
     in L1 with the row blocks outermost on one thread (the tile's panel streaming past the
     row sliver), the larger side's blocks on several."""
     n_out, domain = kernel.n_out, kernel.domain
     upcast = [1] * n_out
-    split, unroll, pack, ktile, first = 1, 1, (), 0, None
+    split, unroll, pack, ktile, first, last_axis = 1, 1, (), 0, None, None
     loads = [n.arg[1] for n in kernel.loads()]
     lane_axes = [a for a in range(n_out) if domain[a] > 1]
     last = lane_axes[-1] if lane_axes else None
@@ -85,6 +87,12 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             # it: both slivers of the whole reduce must fit there together
             slivers = reduce_size * (upcast[col] + upcast[row]) * itemsize
             first = col
+            out_bytes = prod(domain[:n_out]) * itemsize
+            column_bytes = out_bytes // domain[row] * reduce_size  # im2col's or B's size
+            if kernel.out_view.strides[col] == 1 and cpu_model.writes_scatter(
+                    target, prod(domain[a] for a in range(n_out) if a != col), out_bytes,
+                    reduce_size * itemsize, column_bytes):
+                first, last_axis = None, col  # row blocks outermost: the output row by row
             if not cpu_model.fits(target.l2, slivers):
                 # one thread: the row blocks outermost, the row sliver resident in L1;
                 # several: the blocks of the larger side are shared out, so each thread
@@ -115,7 +123,7 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             cpu_model.elementwise_block(target, itemsize)
         upcast[last] = max(u for u in (1, 2, 4, 8, 16, 32, 64)
                            if u <= min(domain[last], width))
-    order = default_order(kernel, register_blocks(kernel, upcast), first)
+    order = default_order(kernel, register_blocks(kernel, upcast), first, last_axis)
     return dict(upcast=tuple(upcast), order=order, split=split, unroll=unroll, ktile=ktile,
                 pack=pack)
 
@@ -192,12 +200,13 @@ def register_blocks(kernel: Kernel, upcast) -> list[int]:
     return [-(-kernel.domain[a] // upcast[a]) for a in range(kernel.n_out)]
 
 
-def default_order(kernel: Kernel, blocks: list[int], first: int | None
-                  ) -> tuple[int, ...]:
+def default_order(kernel: Kernel, blocks: list[int], first: int | None,
+                  last: int | None = None) -> tuple[int, ...]:
     """`first` outermost if given, then the axes with the most blocks (the outermost is the
-    one shared over the threads); axes of size 1 last, where their one iteration is free."""
+    one shared over the threads), `last` innermost of them if given; axes of size 1 last,
+    where their one iteration is free."""
     domain = kernel.domain
     trivial = [a for a in range(kernel.n_out) if domain[a] == 1]
     real = sorted((a for a in range(kernel.n_out) if domain[a] > 1),
-                  key=lambda a: (a != first, -blocks[a]))
+                  key=lambda a: (a == last, a != first, -blocks[a]))
     return tuple(real + trivial)

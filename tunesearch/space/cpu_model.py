@@ -182,6 +182,38 @@ def crowds_l2(target: Target, starts: np.ndarray, run: int) -> bool:
     return _crowded(target, _lines(starts, run, target.l1d.line))
 
 
+# sequential streams a hardware prefetcher follows at once: 32 for Intel's L2 streamer (its
+# optimization manual); AMD publishes no figure, and no CPU reports one
+PREFETCH_STREAMS = 32
+# a reduce this many cache lines long or shorter is mostly its writes (see writes_scatter)
+SHORT_REDUCE_LINES = 2
+
+
+def writes_scatter(target: Target, lines_per_step: int, output_bytes: int, reduce_bytes: int,
+                   column_bytes: int) -> bool:
+    """Whether a short reduce's output is better written row block by row block than column
+    block by column block.
+
+    With the column blocks outermost (BLIS's order) every column step writes one line into
+    each of `lines_per_step` output rows: as many write streams, each line a miss to fetch for
+    ownership where the output does not stay in L2. Beyond the streams the prefetcher
+    follows, each such miss waits its full latency. Row blocks outermost write a few rows at
+    a time, streams the prefetcher follows, but read the column side (`column_bytes`) again
+    per row block: from L3 where it stays there beside the output streaming past (else from
+    DRAM, dearer than the misses: vgg19's first convolution, 5 MiB of it against a 12 MiB
+    output, ran 27% slower so); per line written, reduce / block rows lines more. A long
+    reduce hides the
+    write misses behind its FMAs and makes those re-reads the larger cost; a reduce of at
+    most SHORT_REDUCE_LINES lines keeps them to a few streamed lines per written line, less
+    than one miss that waits. The memory latency that sets this limit is not in the target
+    model (no CPU reports it), so the limit is in lines: on Zen 3 row blocks outermost
+    measured 1.4-2.3x faster inside models at reduces of 6 and 27 floats, even at 16 and 34,
+    and 35% slower at 64."""
+    return lines_per_step > PREFETCH_STREAMS and not fits(target.l2, output_bytes) and \
+        reduce_bytes <= SHORT_REDUCE_LINES * target.l1d.line and \
+        fits(target.l3, column_bytes + output_bytes)
+
+
 def reduce_split(target: Target, itemsize: int = 4) -> int:
     """Partial sums along a contiguous reduce: two vectors of them, so two adds are in flight
     and the sum is still one vector wide per step."""
