@@ -52,9 +52,9 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     the column blocks outermost while a column and a row sliver of the whole reduce stay in
     L2 together (BLIS's jr loop around ir), but the row blocks outermost where a short reduce
     would write more output rows at once than a prefetcher follows (cpu_model.writes_scatter),
-    else a k tile that keeps the outer blocks' sliver
-    in L1 with the row blocks outermost on one thread (the tile's panel streaming past the
-    row sliver), the larger side's blocks on several."""
+    else a k tile that keeps the outer blocks' sliver in L1 with the row blocks outermost on
+    one thread (the tile's panel streaming past the row sliver), the larger side's blocks on
+    several."""
     n_out, domain = kernel.n_out, kernel.domain
     upcast = [1] * n_out
     split, unroll, pack, ktile, first, last_axis = 1, 1, (), 0, None, None

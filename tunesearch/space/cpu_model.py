@@ -199,16 +199,15 @@ def writes_scatter(target: Target, lines_per_step: int, output_bytes: int, reduc
     ownership where the output does not stay in L2. Beyond the streams the prefetcher
     follows, each such miss waits its full latency. Row blocks outermost write a few rows at
     a time, streams the prefetcher follows, but read the column side (`column_bytes`) again
-    per row block: from L3 where it stays there beside the output streaming past (else from
-    DRAM, dearer than the misses: vgg19's first convolution, 5 MiB of it against a 12 MiB
-    output, ran 27% slower so); per line written, reduce / block rows lines more. A long
-    reduce hides the
-    write misses behind its FMAs and makes those re-reads the larger cost; a reduce of at
+    per row block, reduce / block rows lines per line written: from L3 where it stays there
+    beside the output streaming past, else from DRAM, dearer than the misses (vgg19's first
+    convolution, 5 MiB of it beside a 12 MiB output, ran 27% slower so). A long reduce hides
+    the write misses behind its FMAs and makes the re-reads the larger cost; a reduce of at
     most SHORT_REDUCE_LINES lines keeps them to a few streamed lines per written line, less
     than one miss that waits. The memory latency that sets this limit is not in the target
-    model (no CPU reports it), so the limit is in lines: on Zen 3 row blocks outermost
-    measured 1.4-2.3x faster inside models at reduces of 6 and 27 floats, even at 16 and 34,
-    and 35% slower at 64."""
+    model (no CPU reports it), so the limit is in lines. On Zen 3, inside models, row blocks
+    outermost ran 1.4-2.3x faster at reduces of 6 and 27 floats, the same at 16 and 34, and
+    35% slower at 64."""
     return lines_per_step > PREFETCH_STREAMS and not fits(target.l2, output_bytes) and \
         reduce_bytes <= SHORT_REDUCE_LINES * target.l1d.line and \
         fits(target.l3, column_bytes + output_bytes)
