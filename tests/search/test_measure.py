@@ -58,6 +58,27 @@ def test_each_planted_fault_fails_its_trial_with_its_reason(faulty_space):
         assert measurer.runner.restarts == 4
 
 
+def test_finalists_are_retimed_in_rounds_each_round_in_another_order():
+    """A slow phase of the machine falls on several finalists alike: each is timed in blocks
+    over three rounds, the order turned by one each round, and its time is the median round."""
+    kernel = matmul(24, 32, 40)
+    space = space_for(kernel, get_device("cpu").info().target)
+    a, b = list(space.enumerate())[:2]
+    with DeviceMeasurer("cpu") as measurer:
+        order = []
+        run = measurer.runner.run
+
+        def recording(request):
+            order.append(request.config)
+            return run(request)
+        measurer.runner.run = recording
+        first, second = measurer.retime(kernel, [a, b])
+    assert order == [a, b, b, a, a, b]
+    assert first.ok and second.ok and first.max_error is not None
+    # each round a share of the final timing: 3 of its 7 repeats at least, 9 in all
+    assert first.repeats >= 9 and second.repeats >= 9
+
+
 @pytest.mark.parametrize("fault", [faulty.INTO_INPUT, faulty.BEFORE_START, faulty.PAST_END])
 def test_a_stray_write_never_spoils_the_next_candidate(faulty_space, fault):
     kernel, space = faulty_space

@@ -85,6 +85,10 @@ class _KernelState:
     best_s: float | None = None
 
 
+# rounds the finalists are re-timed in (DeviceMeasurer.retime)
+FINAL_ROUNDS = 3
+
+
 class DeviceMeasurer(Measurer):
     """Real measurements on a device, safe against candidates that crash, hang or lie.
 
@@ -148,12 +152,21 @@ class DeviceMeasurer(Measurer):
         return [self._results[(kernel.key, c)] for c in configs]
 
     def retime(self, kernel: Kernel, configs: list[Config]) -> list[MeasureResult]:
-        return self._run_all(kernel, configs, final=True)
+        """The finalists timed in FINAL_ROUNDS rounds, each a block of runs per config with a
+        share of final_timing, the order turned by one each round: a slow phase of the machine
+        (a neighbour's burst, a stalled thread) then falls on several finalists alike instead
+        of crowning whichever was timed outside it. Per config the median of its rounds; a
+        failure in any round fails it."""
+        unique = list(dict.fromkeys(configs))
+        rounds = self._run_all(kernel, unique, final=True, rounds=FINAL_ROUNDS)
+        combined = {config: _of_rounds([r[i] for r in rounds]) for i, config in enumerate(unique)}
+        return [combined[c] for c in configs]
 
-    def _run_all(self, kernel: Kernel, configs: list[Config], final: bool
-                 ) -> list[MeasureResult]:
+    def _run_all(self, kernel: Kernel, configs: list[Config], final: bool, rounds: int = 1):
+        """One result per config, in order; with rounds, a list of such lists, one per round
+        (each round timed with its share of the timing, its order turned by one)."""
         if not configs:
-            return []
+            return [] if rounds == 1 else [[] for _ in range(rounds)]
         missing = [c for c in configs if (kernel.key, c) not in self._built]
         building = self.builder.submit(kernel, missing,
                                        self._constants.get(kernel.key, frozenset()))
@@ -167,11 +180,26 @@ class DeviceMeasurer(Measurer):
         buffer_specs = tuple((b.size, b.dtype.name) for b in kernel.buffers)
         self.runner.load(RunSetup(kernel.key, buffer_specs, tuple(state.inputs), state.fill,
                                   state.guard, kernel))
-        return [failed[c] if c in failed else self._run_one(state, c, final) for c in configs]
-
-    def _run_one(self, state: _KernelState, config: Config, final: bool) -> MeasureResult:
-        built = self._built[(state.kernel.key, config)]
+        if rounds == 1:
+            return [failed[c] if c in failed else self._run_one(state, c, final)
+                    for c in configs]
         timing = self.final_timing if final else self.timing
+        share = replace(timing, min_time_s=timing.min_time_s / rounds,
+                        min_repeats=max(1, -(-timing.min_repeats // rounds)))
+        out = []
+        for turn in range(rounds):
+            first = turn % len(configs)
+            order = configs[first:] + configs[:first]
+            timed = {c: failed[c] if c in failed else self._run_one(state, c, final, share)
+                     for c in order}
+            failed.update((c, r) for c, r in timed.items() if not r.ok)  # not run again
+            out.append([timed[c] for c in configs])
+        return out
+
+    def _run_one(self, state: _KernelState, config: Config, final: bool,
+                 timing: Timing | None = None) -> MeasureResult:
+        built = self._built[(state.kernel.key, config)]
+        timing = timing or (self.final_timing if final else self.timing)
         if state.best_s is None:
             timeout = self.first_timeout_s
         else:
@@ -204,6 +232,19 @@ class DeviceMeasurer(Measurer):
     def close(self) -> None:
         self.runner.close()
         self.builder.close()
+
+
+def _of_rounds(results: list[MeasureResult]) -> MeasureResult:
+    """One config's rounds as one result: the median of their times, the widest spread, every
+    repeat; the first failure where a round failed."""
+    failed = next((r for r in results if not r.ok), None)
+    if failed is not None:
+        return failed
+    errors = [r.max_error for r in results if r.max_error is not None]
+    return replace(results[0], time_s=statistics.median(r.time_s for r in results),
+                   spread=max(r.spread for r in results),
+                   repeats=sum(r.repeats for r in results),
+                   max_error=max(errors) if errors else None)
 
 
 # a simulated answer: seconds, None (the candidate crashes), or a full MeasureResult
