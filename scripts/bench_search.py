@@ -277,15 +277,22 @@ def matmul_run(seconds: float, shape: str, threads: int) -> str:
     program(buffers)
     assert np.allclose(device.copyout(buffers[0]).reshape(m, n), a @ b, rtol=1e-3, atol=1e-3)
     default_program = device.build(kernel, space_for(kernel, device.info().target).default())
-    # numpy, the tuned config and the default in rounds of one block each (a block's stall
-    # then spoils one round, not the figure): the median round of each
-    times: dict[str, list[float]] = {"numpy": [], "tuned": [], "default": []}
-    for _ in range(ROUNDS):
+    # numpy, the tuned config and the default in rounds of one block each, the order turned
+    # each round (a block's stall spoils one round, not the figure, and the block after
+    # numpy's, which OpenBLAS's spinning threads may slow, is each side's once): the median
+    # round of each
+    def numpy_block() -> float:
         with threadpool_limits(limits=threads):
-            times["numpy"].append(median_time(lambda: a @ b))
-        time.sleep(0.5)  # let OpenBLAS's threads go idle
-        times["tuned"].append(median_time(lambda: program(buffers)))
-        times["default"].append(median_time(lambda: default_program(buffers)))
+            seconds = median_time(lambda: a @ b)
+        time.sleep(1.0)  # let OpenBLAS's threads go idle
+        return seconds
+    blocks = {"numpy": numpy_block, "tuned": lambda: median_time(lambda: program(buffers)),
+              "default": lambda: median_time(lambda: default_program(buffers))}
+    times: dict[str, list[float]] = {side: [] for side in blocks}
+    sides = list(blocks)
+    for turn in range(ROUNDS):
+        for side in sides[turn % 3:] + sides[:turn % 3]:
+            times[side].append(blocks[side]())
     numpy_s, tuned_s, default_s = (statistics.median(times[side])
                                    for side in ("numpy", "tuned", "default"))
     failures = ", ".join(f"{v} {k}" for k, v in result.failures.items()) or "no failures"
