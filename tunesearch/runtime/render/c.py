@@ -173,8 +173,6 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
                      + d.reduce_step(reduce_node.op, "red", f"{acc_at}[s]")]
         init = d.reduce_init(reduce_node.op, reduce_node.dtype)
         body.append(f"{acc_type} acc{acc_dims}[{split}];")
-        kept = " && ".join(["s == 0", "!first"] + ([inside] if inside else []))
-        start_value = f"({kept}) ? part[{part_idx}] : {init}" if tiled else init
         if tiled and n_out and split == 1:
             # a k tile's partial sums come back from memory as vectors: the lanes as a simd
             # loop, as in the reduce below (fully unrolled and SLP off, GCC loads them one by
@@ -186,6 +184,8 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
             body.append(f"{acc_at}[0] = ({kept}) ? part[{part_idx}] : {init};")
             body.append("}" * (n_out + 1))
         else:
+            kept = " && ".join(["s == 0", "!first"] + ([inside] if inside else []))
+            start_value = f"({kept}) ? part[{part_idx}] : {init}" if tiled else init
             body += [unroll_lanes + " " + loop for loop in compute_loops]
             body.append(f"{unroll_lanes} for (int s = 0; s < {split}; s++) "
                         f"{acc_at}[s] = {start_value};")
