@@ -147,7 +147,8 @@ class DeviceMeasurer(Measurer):
 
     def measure(self, kernel: Kernel, configs: list[Config]) -> list[MeasureResult]:
         todo = list(dict.fromkeys(c for c in configs if (kernel.key, c) not in self._results))
-        for config, result in zip(todo, self._run_all(kernel, todo, final=False)):
+        [results] = self._run_all(kernel, todo, final=False)
+        for config, result in zip(todo, results):
             self._results[(kernel.key, config)] = result
         return [self._results[(kernel.key, c)] for c in configs]
 
@@ -162,11 +163,12 @@ class DeviceMeasurer(Measurer):
         combined = {config: _of_rounds([r[i] for r in rounds]) for i, config in enumerate(unique)}
         return [combined[c] for c in configs]
 
-    def _run_all(self, kernel: Kernel, configs: list[Config], final: bool, rounds: int = 1):
-        """One result per config, in order; with rounds, a list of such lists, one per round
-        (each round timed with its share of the timing, its order turned by one)."""
+    def _run_all(self, kernel: Kernel, configs: list[Config], final: bool, rounds: int = 1
+                 ) -> list[list[MeasureResult]]:
+        """Per round, one result per config in order (each round timed with its share of the
+        timing, its order turned by one; a config that failed is not run again)."""
         if not configs:
-            return [] if rounds == 1 else [[] for _ in range(rounds)]
+            return [[] for _ in range(rounds)]
         missing = [c for c in configs if (kernel.key, c) not in self._built]
         building = self.builder.submit(kernel, missing,
                                        self._constants.get(kernel.key, frozenset()))
@@ -180,9 +182,6 @@ class DeviceMeasurer(Measurer):
         buffer_specs = tuple((b.size, b.dtype.name) for b in kernel.buffers)
         self.runner.load(RunSetup(kernel.key, buffer_specs, tuple(state.inputs), state.fill,
                                   state.guard, kernel))
-        if rounds == 1:
-            return [failed[c] if c in failed else self._run_one(state, c, final)
-                    for c in configs]
         timing = self.final_timing if final else self.timing
         share = replace(timing, min_time_s=timing.min_time_s / rounds,
                         min_repeats=max(1, -(-timing.min_repeats // rounds)))
@@ -197,9 +196,8 @@ class DeviceMeasurer(Measurer):
         return out
 
     def _run_one(self, state: _KernelState, config: Config, final: bool,
-                 timing: Timing | None = None) -> MeasureResult:
+                 timing: Timing) -> MeasureResult:
         built = self._built[(state.kernel.key, config)]
-        timing = timing or (self.final_timing if final else self.timing)
         if state.best_s is None:
             timeout = self.first_timeout_s
         else:

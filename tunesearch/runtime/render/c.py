@@ -166,6 +166,11 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
                     f"{var}v += {vector}) {{",
                     f"_Pragma(\"omp simd\") for (int {var} = {var}v; {var} < "
                     f"({var}v+{vector} < {bound} ? {var}v+{vector} : {bound}); {var}++) {{"]
+        def vector_nest(loops: list[str], bound) -> list[str]:
+            """loops opened, the last as vector_chunks up to bound: a block's lanes one
+            vector at a time."""
+            return [unroll_lanes + " " + loop + " {" for loop in loops[:-1]] + \
+                vector_chunks(f"l{n_out - 1}", bound)
         acc_type = d.type_name(reduce_node.dtype)
         # the block's sum at one element: its partial sums added
         block_sum = [f"{acc_type} red = {acc_at}[0];",
@@ -178,8 +183,7 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
             # loop, as in the reduce below (fully unrolled and SLP off, GCC loads them one by
             # one and builds each vector from its elements: 64x4096x4096 on two threads ran
             # at 0.72x OpenBLAS so, 0.95x with both ends of the tile as vector loops)
-            body += [unroll_lanes + " " + loop + " {" for loop in compute_loops[:-1]]
-            body += vector_chunks(f"l{n_out - 1}", whole[n_out - 1])
+            body += vector_nest(compute_loops, whole[n_out - 1])
             kept = " && ".join(["!first"] + ([inside] if inside else []))
             body.append(f"{acc_at}[0] = ({kept}) ? part[{part_idx}] : {init};")
             body.append("}" * (n_out + 1))
@@ -253,12 +257,9 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         body += [unroll_lanes + " " + loop + " {" for loop in lane_loops]
         body += block_sum + [f"{blk_at} = red;", "}" * n_out]
         if tiled:
-            body.append("if (!last) {")
-            body += [unroll_lanes + " " + loop + " {" for loop in lane_loops[:-1]]
-            body += vector_chunks(f"l{n_out - 1}", f"n{n_out - 1}")
-            body += [f"part[{part_idx}] = {blk_at};", "}" * (n_out + 1), "} else {"]
-        body += [unroll_lanes + " " + loop + " {" for loop in lane_loops[:-1]]
-        body += vector_chunks(f"l{n_out - 1}", f"n{n_out - 1}")
+            body += ["if (!last) {", *vector_nest(lane_loops, f"n{n_out - 1}"),
+                     f"part[{part_idx}] = {blk_at};", "}" * (n_out + 1), "} else {"]
+        body += vector_nest(lane_loops, f"n{n_out - 1}")
         body.append(f"{acc_type} red = {blk_at};")
     else:
         body += [("_Pragma(\"omp simd\")" if simd_store and a == n_out - 1 else unroll_lanes)
@@ -320,6 +321,11 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     nest += ["  " + line for line in dispatch]
     nest.append("}" + ("}" if shared else ""))
     if tiled:
+        def vector_nest(loops: list[str], bound) -> list[str]:
+            """loops opened, the last as vector_chunks up to bound: a block's lanes one
+            vector at a time."""
+            return [unroll_lanes + " " + loop + " {" for loop in loops[:-1]] + \
+                vector_chunks(f"l{n_out - 1}", bound)
         acc_type = d.type_name(reduce_node.dtype)
         size, tiles = math.prod(domain[:n_out]), math.ceil(red_sizes[0] / ktile)
         lines.append(f"  {acc_type}* part = ({acc_type}*)scratch({len(packs)}, "
