@@ -5,6 +5,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -13,6 +14,15 @@ from pathlib import Path
 import pytest
 
 PG_URL_ENV = "TUNESEARCH_TEST_PG_URL"
+
+
+def pytest_configure(config):
+    """Ctrl-C as a terminal delivers it, also where the tests were started as a background job
+    (`cmd &` in a script starts it with SIGINT ignored, and Python then keeps it ignored, as
+    tunesearch does): the Ctrl-C tests send it to this process and to commands started from
+    it, which get Python's own handler back on exec."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _postgres_bindir() -> Path | None:

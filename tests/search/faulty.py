@@ -3,8 +3,9 @@
 The mark is the register block of the last output axis (`upcast`'s last value):
 1 segfaults, 2 never returns, 4 writes one wrong value, 8 writes one element past the end of its
 output, 16 one element before its start, 64 writes into its first input (leaving the output
-right). Every other config is compiled as the CPU device compiles it. The device has one thread,
-so the space of a 1-D elementwise kernel is just its block sizes (its default block is 32).
+right). Every other config is compiled as the CPU device compiles it. The device has one thread
+and a target of 32-byte vectors whatever the machine's, so the space of a 1-D elementwise kernel
+is just its block sizes and its default block is 32 (four vectors), never a marked one.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ class FaultyDevice(CPUDevice):
         real = super().info()
         fingerprint = tuple((k, v) for k, v in real.fingerprint if k != "threads")
         return DeviceInfo("faulty", real.name, fingerprint + (("faults", "planted"),),
-                          dataclasses.replace(real.target, threads=1))
+                          dataclasses.replace(real.target, threads=1, vector_bytes=32))
 
     def render(self, kernel, config, prepacked=frozenset()) -> Source:
         source = super().render(kernel, config, prepacked)
