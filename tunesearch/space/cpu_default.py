@@ -52,9 +52,8 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     the column blocks outermost while a column and a row sliver of the whole reduce stay in
     L2 together (BLIS's jr loop around ir), but the row blocks outermost where a short reduce
     would write more output rows at once than a prefetcher follows (cpu_model.writes_scatter),
-    else a k tile that keeps the outer blocks' sliver in L1 with the row blocks outermost on
-    one thread (the tile's panel streaming past the row sliver), the larger side's blocks on
-    several."""
+    else a k tile that keeps the outer blocks' sliver in L1 (_tiled_outer says which side is
+    outer)."""
     n_out, domain = kernel.n_out, kernel.domain
     upcast = [1] * n_out
     split, unroll, pack, ktile, first, last_axis = 1, 1, (), 0, None, None
@@ -94,14 +93,11 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                     reduce_size * itemsize, column_bytes):
                 first, last_axis = None, col  # row blocks outermost: the output row by row
             if not cpu_model.fits(target.l2, slivers):
-                # one thread: the row blocks outermost, the row sliver resident in L1;
-                # several: the blocks of the larger side are shared out, so each thread
-                # streams only its part of the larger operand's panel. The tile keeps the
-                # sliver of the outer blocks resident in L1 beside the inner ones'.
-                outer = row if target.threads == 1 or domain[row] >= domain[col] else col
+                # the tile keeps the sliver of the outer blocks resident in L1 beside the
+                # inner ones' (see _tiled_outer for which side is outer)
                 tile = model_ktile(kernel, target, Config.make(upcast=tuple(upcast)))
                 if tile < domain[n_out]:
-                    ktile, first = tile, outer
+                    ktile, first = tile, _tiled_outer(kernel, target, row, col, tile)
             a_side = next((i for i in packable(kernel) if i != b_side), None)
             if a_side is not None and a_side not in pack and _row_tile_leaves_l2(
                     kernel, target, views[a_side], row, col, upcast, ktile, first):
@@ -177,6 +173,23 @@ def _row_tile_leaves_l2(kernel: Kernel, target: Target, view, row: int, col: int
     together = (rows + upcast[col]) * run * itemsize
     return not cpu_model.holds(target.l2, together) or \
         cpu_model.crowds_l2(target, starts, run * itemsize)
+
+
+def _tiled_outer(kernel: Kernel, target: Target, row: int, col: int, tile: int) -> int:
+    """The outer blocks of a k-tiled matmul. Several threads: the blocks of the larger side,
+    shared out, so each thread streams only its part of the larger operand's panel. One
+    thread: the row blocks, their sliver resident in L1 while the tile's column panel streams
+    past from L2 (BLIS's jr loop inside ir); where that panel does not stay in L2 but the
+    tile's rows do, the column blocks, the rows streaming past each column sliver from L2
+    (BLIS's ir loop inside jr, the rows' tile its packed block of A)."""
+    domain = kernel.domain
+    if target.threads > 1:
+        return row if domain[row] >= domain[col] else col
+    run = tile * prod(domain[kernel.n_out + 1:]) * kernel.buffers[0].dtype.itemsize
+    if not cpu_model.fits(target.l2, run * domain[col]) and \
+            cpu_model.fits(target.l2, run * domain[row]):
+        return col
+    return row
 
 
 def model_ktile(kernel: Kernel, target: Target, config: Config) -> int:

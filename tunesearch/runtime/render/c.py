@@ -91,6 +91,7 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     tiled = 0 < ktile < red_sizes[0] if reduce_node is not None else False
     packs = {i: PackInfo(kernel, i, upcast, 0 if i in prepacked else ktile)
              for i in config.get("pack", ())}
+    streamed = streamed_packs(packs, prepacked, order, parallel)
     flat = collapsible(kernel, packs)
     # with flat reduce loops one index runs over all reduce axes; a k tile covers `inner` of it
     # for each step of the first axis
@@ -129,7 +130,8 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         index, view = node.arg
         if index in packs:
             p = packs[index]
-            blocks = [f"(o{a}/{upcast[a]})" for a in p.axes]
+            # a streamed panel holds the one block being computed
+            blocks = ["0"] if index in streamed else [f"(o{a}/{upcast[a]})" for a in p.axes]
             lanes = [f"l{a}" for a in p.axes]
             by_tile = tiled and index not in prepacked  # a tile's panel, or the whole reduce
             if flat:
@@ -289,37 +291,45 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         tname = d.type_name(p.dtype)
         if i in prepacked:
             lines.append(f"  const {tname}* pk{i} = data{i};")
-        else:
+        elif i not in streamed:
             lines.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, "
                          f"{p.size}*sizeof({tname}));")
-    shared = shared_packs(packs, prepacked, order, parallel)
-    fills = [line for i, p in packs.items() if i not in prepacked and i not in shared
+    fills = [line for i, p in packs.items() if i not in prepacked and i not in streamed
              for line in pack_loop(kernel, p, upcast, d, omp_threads if parallel else None,
-                                   tiled)]
+                                   tiled, vector_bytes=vector_bytes)]
     nblocks = [math.ceil(domain[a] / upcast[a]) for a in range(n_out)]
     nest: list[str] = []
-    if shared:
-        # one parallel region: each thread fills the panels' share of the blocks it then
-        # computes, so no barrier between, and its blocks come from its own cache
+    if parallel and n_out:
+        collapse = f" collapse({parallel})" if parallel > 1 else ""
+        nest.append(f"#pragma omp parallel for{collapse}{omp_threads} schedule(static)")
+    rest = order
+    if streamed:
+        # each outer block fills its panels just before its blocks read them, into a buffer
+        # of one block's panel per thread that stays in L2: filled whole ahead, a panel
+        # larger than the caches would go out to memory and come back, and one larger than
+        # the scratch kept (64 MiB) would be allocated, faulted in and zeroed by the kernel
+        # on every call; filled by a parallel loop of its own, the threads would split it by
+        # the reduce rows and each read the share the other wrote
         outer = order[0]
-        nest += [f"#pragma omp parallel{omp_threads}", "{",
-                 "  const int nt = omp_get_num_threads(), tid = omp_get_thread_num();",
-                 f"  const int lo = {nblocks[outer]}*tid/nt, hi = {nblocks[outer]}*(tid+1)/nt;"]
-        nest += [line for i in shared
-                 for line in pack_loop(kernel, packs[i], upcast, d, None, tiled, own=outer)]
-        nest.append(f"for (int b{outer} = lo; b{outer} < hi; b{outer}++)")
+        nest += [f"for (int b{outer} = 0; b{outer} < {nblocks[outer]}; b{outer}++) {{"]
+        for slot, (i, p) in enumerate(packs.items()):
+            if i in streamed:
+                tname = d.type_name(p.dtype)
+                nest.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, "
+                            f"{p.size // p.blocks[0]}*sizeof({tname}));")
+                nest += pack_loop(kernel, p, upcast, d, None, tiled, own=outer,
+                                  vector_bytes=vector_bytes)
         rest = order[1:]
-    else:
-        rest = order
-        if parallel and n_out:
-            collapse = f" collapse({parallel})" if parallel > 1 else ""
-            nest.append(f"#pragma omp parallel for{collapse}{omp_threads} schedule(static)")
     for a in rest:
         nest.append(f"for (int b{a} = 0; b{a} < {nblocks[a]}; b{a}++)")
     nest.append("{")
     nest += [f"  const int o{a} = b{a}*{upcast[a]};" for a in range(n_out)]
     nest += ["  " + line for line in dispatch]
-    nest.append("}" + ("}" if shared else ""))
+    nest.append("}")
+    if streamed:
+        nest += [f"  scratch_done({slot}, pk{i}, {p.size // p.blocks[0]}"
+                 f"*sizeof({d.type_name(p.dtype)}));"
+                 for slot, (i, p) in enumerate(packs.items()) if i in streamed] + ["}"]
     if tiled:
         def vector_nest(loops: list[str], bound) -> list[str]:
             """loops opened, the last as vector_chunks up to bound: a block's lanes one
@@ -338,18 +348,20 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     else:
         lines += fills + ["  " + line for line in nest]
     lines += [f"  scratch_done({slot}, pk{i}, {p.size}*sizeof({d.type_name(p.dtype)}));"
-              for slot, (i, p) in enumerate(packs.items()) if i not in prepacked]
+              for slot, (i, p) in enumerate(packs.items())
+              if i not in prepacked and i not in streamed]
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def shared_packs(packs: dict[int, PackInfo], prepacked: frozenset[int],
-                 order: tuple[int, ...], parallel: int) -> list[int]:
-    """The panels each thread fills its own share of: those that vary along the one block
-    loop shared over the threads and no other output axis (B's column panel under the
-    column loop). Filled by a parallel loop of their own, the threads would split them by
-    the reduce rows, and each would then read the share the other wrote, from its cache."""
-    if parallel != 1 or not order:
+def streamed_packs(packs: dict[int, PackInfo], prepacked: frozenset[int],
+                   order: tuple[int, ...], parallel: int) -> list[int]:
+    """The panels filled block by block inside the outer block loop: those that vary along
+    that loop's axis and no other (B's column panel under the column loop), where the loop
+    is not collapsed with the next over the threads. Filled whole ahead, a panel larger than
+    the caches goes out to memory and comes back; filled by a parallel loop of its own, the
+    threads would split it by the reduce rows and each read the share the other wrote."""
+    if parallel > 1 or not order:
         return []
     return [i for i, p in packs.items() if i not in prepacked and p.axes == [order[0]]]
 

@@ -71,10 +71,11 @@ def pack_panel(kernel: Kernel, config: Config, index: int, values: np.ndarray
 
 
 def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
-              tiled: bool, own: int | None = None) -> list[str]:
+              tiled: bool, own: int | None = None, vector_bytes: int = 32) -> list[str]:
     """Fill a scratch panel: pk[blocks][reduce][lanes] = the load's value (0 past the edge);
     with a k tile, the kn rows of the first reduce axis from k0 on. With own (an axis), only
-    the blocks [lo, hi) of that axis: a thread's share, filled inside the parallel region."""
+    the block b{own} of that axis, into a buffer of that one block's panel: filled inside
+    the block loop, just before it is read."""
     n_out = kernel.n_out
     names_b = [f"pb{a}" for a in p.axes]
     names_r = [f"r{j}" for j in range(len(p.reduce))]
@@ -86,24 +87,43 @@ def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
     # the operand is then read in order, row after row (a panel is written in any order)
     loops = sorted(zip(names_b + names_r + names_l, sizes, strides), key=lambda x: -abs(x[2]))
     lines = [f"  #pragma omp parallel for{omp} schedule(static)"] if omp else []
-    lines += [f"  for (int {n} = lo; {n} < hi; {n}++)" if n == f"pb{own}" else
-              f"  for (int {n} = 0; {n} < {size}; {n}++)" for n, size, _ in loops]
-    lines.append("  {")
-    guard = []
 
     def axis_index(axis: int) -> str:
         if axis < n_out:
             return f"(pb{axis}*{upcast[axis]}+pl{axis})" if axis in p.axes else "0"
         return "(k0+r0)" if tiled and axis == n_out else f"r{axis - n_out}"
 
-    for a in p.axes:
-        if kernel.domain[a] % upcast[a]:
-            guard.append(f"pb{a}*{upcast[a]}+pl{a}<{kernel.domain[a]}")
+    guards = {a: f"pb{a}*{upcast[a]}+pl{a}<{kernel.domain[a]}" for a in p.axes
+              if kernel.domain[a] % upcast[a]}
     idx, valid = index_expr(p.view, axis_index)
-    cond = " && ".join(guard + ([f"({valid})"] if valid else []))
-    value = f"data{p.index}[{idx}]"
-    if cond:
-        value = f"({cond})?{value}:{d.literal(0, p.dtype)}"
-    lines.append(f"    pk{p.index}[{p.offset(names_b, names_r, names_l)}] = {value};")
-    lines.append("  }")
-    return lines
+    # the panel of one block (own) is written at block 0 of a buffer of its own
+    at = ["0" if own is not None and n == f"pb{own}" else n for n in names_b]
+    target = f"pk{p.index}[{p.offset(at, names_r, names_l)}]"
+    zero = d.literal(0, p.dtype)
+
+    def fill(skip: int | None = None) -> str:
+        cond = " && ".join([g for a, g in guards.items() if a != skip]
+                           + ([f"({valid})"] if valid else []))
+        value = f"data{p.index}[{idx}]"
+        return f"{target} = {f'({cond})?{value}:{zero}' if cond else value};"
+
+    # where the lanes innermost are whole vectors and the last block runs past the operand's
+    # edge: they run to the edge, then zeros, two loops the compiler vectorizes, where a guard
+    # per element keeps the copy scalar. A few lanes (a block of rows) stay one short loop
+    # with the guard: unrolled whole, a loop of a varying count would cost more
+    inner = loops[-1][0] if loops else ""
+    lanes = max(1, vector_bytes // p.dtype.itemsize)
+    edge = next((a for a in guards if inner == f"pl{a}" and upcast[a] % lanes == 0), None)
+    if own is not None:
+        lines.append(f"  const int pb{own} = b{own};")
+        loops = [x for x in loops if x[0] != f"pb{own}"]
+    heads = [f"  for (int {n} = 0; {n} < {size}; {n}++)" for n, size, _ in loops]
+    if edge is None:
+        return lines + heads + ["  {", f"    {fill()}", "  }"]
+    u, n = upcast[edge], kernel.domain[edge]
+    return lines + heads[:-1] + [
+        "  {",
+        f"    const int edge = {n}-pb{edge}*{u} < {u} ? {n}-pb{edge}*{u} : {u};",
+        f"    for (int pl{edge} = 0; pl{edge} < edge; pl{edge}++) {fill(edge)}",
+        f"    for (int pl{edge} = edge; pl{edge} < {u}; pl{edge}++) {target} = {zero};",
+        "  }"]
