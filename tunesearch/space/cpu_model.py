@@ -27,12 +27,14 @@ in its cache level while the other operand streams past it.
 from __future__ import annotations
 
 import math
+import mmap
 from dataclasses import dataclass
 
 import numpy as np
 
 from tunesearch.space.target import Cache, Target
 
+PAGE = mmap.PAGESIZE  # the base page: what a TLB entry and the prefetchers' reach cover
 MAX_BLOCK_ROWS = 16
 MAX_BLOCK_VECTORS = 8
 
