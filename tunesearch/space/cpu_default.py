@@ -154,9 +154,11 @@ def _steps_on_own_pages(kernel: Kernel, target: Target, view, reduce_axes: list[
     blocks outermost, it is filled block by block just before its row blocks
     (runtime/render/c.py, streamed panels): one read of the sliver, which the first row block
     would make anyway, and a write into L2, after which every re-read is one contiguous
-    stream. vgg19's 128x12544x1152 convolution: 1.66x. A sliver that stays in L1 (a first
-    convolution's 27 steps) is re-read from there, few pages: the copy would only add (5-15%
-    slower)."""
+    stream. vgg19's 128x12544x1152 convolution: 1.66x. (Where the threads share the column
+    loop with the next, fewer than four column blocks a thread, the panel is filled whole
+    ahead instead: a few blocks' worth, which stays in the caches.) A sliver that stays in L1
+    (a first convolution's 27 steps) is re-read from there, few pages: the copy would only add
+    (5-15% slower)."""
     if not reduce_axes:
         return False
     steps = prod(kernel.domain[kernel.n_out:])
