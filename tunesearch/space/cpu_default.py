@@ -76,7 +76,8 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                 column_choices=upcast_choices(col), reduce=reduce_size)
             upcast[row] = min(block.rows, domain[row])
             upcast[col] = min(block.columns, domain[col])
-            pack = tuple(i for i in packable(kernel)
+            packs = packable(kernel)
+            pack = tuple(i for i in packs
                          if views[i].strides[col] not in (0, 1)
                          or (i == b_side and _column_panel_pays(
                              kernel, target, views[i], row, col, upcast))
@@ -98,11 +99,11 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                 tile = model_ktile(kernel, target, Config.make(upcast=tuple(upcast)))
                 if tile < domain[n_out]:
                     ktile, first = tile, _tiled_outer(kernel, target, row, col, tile)
-            if b_side not in pack and b_side in packable(kernel) and first == col and \
+            if b_side not in pack and b_side in packs and first == col and \
                     domain[row] > upcast[row] and _steps_on_own_pages(
                         kernel, target, views[b_side], reduce_axes, upcast[col], itemsize):
                 pack = tuple(sorted(pack + (b_side,)))
-            a_side = next((i for i in packable(kernel) if i != b_side), None)
+            a_side = next((i for i in packs if i != b_side), None)
             if a_side is not None and a_side not in pack and _row_tile_leaves_l2(
                     kernel, target, views[a_side], row, col, upcast, ktile, first):
                 pack = tuple(sorted(pack + (a_side,)))

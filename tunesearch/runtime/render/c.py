@@ -303,6 +303,9 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         collapse = f" collapse({parallel})" if parallel > 1 else ""
         nest.append(f"#pragma omp parallel for{collapse}{omp_threads} schedule(static)")
     rest = order
+    # (scratch slot, buffer, element type, one block's panel size) of each streamed panel
+    streamed_buffers = [(slot, i, d.type_name(p.dtype), p.size // p.blocks[0])
+                        for slot, (i, p) in enumerate(packs.items()) if i in streamed]
     if streamed:
         # each outer block fills its panels just before its blocks read them, into a buffer
         # of one block's panel per thread that stays in L2: filled whole ahead, a panel
@@ -312,13 +315,10 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         # the reduce rows and each read the share the other wrote
         outer = order[0]
         nest += [f"for (int b{outer} = 0; b{outer} < {nblocks[outer]}; b{outer}++) {{"]
-        for slot, (i, p) in enumerate(packs.items()):
-            if i in streamed:
-                tname = d.type_name(p.dtype)
-                nest.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, "
-                            f"{p.size // p.blocks[0]}*sizeof({tname}));")
-                nest += pack_loop(kernel, p, upcast, d, None, tiled, own=outer,
-                                  vector_bytes=vector_bytes)
+        for slot, i, tname, size in streamed_buffers:
+            nest.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, {size}*sizeof({tname}));")
+            nest += pack_loop(kernel, packs[i], upcast, d, None, tiled, own=outer,
+                              vector_bytes=vector_bytes)
         rest = order[1:]
     for a in rest:
         nest.append(f"for (int b{a} = 0; b{a} < {nblocks[a]}; b{a}++)")
@@ -327,15 +327,9 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     nest += ["  " + line for line in dispatch]
     nest.append("}")
     if streamed:
-        nest += [f"  scratch_done({slot}, pk{i}, {p.size // p.blocks[0]}"
-                 f"*sizeof({d.type_name(p.dtype)}));"
-                 for slot, (i, p) in enumerate(packs.items()) if i in streamed] + ["}"]
+        nest += [f"  scratch_done({slot}, pk{i}, {size}*sizeof({tname}));"
+                 for slot, i, tname, size in streamed_buffers] + ["}"]
     if tiled:
-        def vector_nest(loops: list[str], bound) -> list[str]:
-            """loops opened, the last as vector_chunks up to bound: a block's lanes one
-            vector at a time."""
-            return [unroll_lanes + " " + loop + " {" for loop in loops[:-1]] + \
-                vector_chunks(f"l{n_out - 1}", bound)
         acc_type = d.type_name(reduce_node.dtype)
         size, tiles = math.prod(domain[:n_out]), math.ceil(red_sizes[0] / ktile)
         lines.append(f"  {acc_type}* part = ({acc_type}*)scratch({len(packs)}, "
