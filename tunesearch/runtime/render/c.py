@@ -14,12 +14,13 @@ block reads them.
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 from tunesearch.graph.kernel import Kernel, KNode
+from tunesearch.runtime.render.block_calls import shifted_tails, tail_dispatch
 from tunesearch.runtime.render.c_support import HEADER, SCRATCH, TEAM, VECTOR_MATH
 from tunesearch.runtime.render.dialect import Dialect, ExprEmitter, index_expr
+from tunesearch.runtime.render.masked_loads import KEEP, masked_read
 from tunesearch.runtime.render.panels import pack_loop, padded_axes
 from tunesearch.space.config import Config
 from tunesearch.space.kernel_shape import interior_ranges
@@ -38,10 +39,6 @@ def _params(kernel: Kernel, dialect: Dialect, const: bool = True) -> str:
     for i, buf in enumerate(kernel.buffers[1:], start=1):
         out.append(f"const {dialect.type_name(buf.dtype)}* {dialect.restrict} data{i}")
     return ", ".join(out)
-
-
-def _args(kernel: Kernel) -> str:
-    return ", ".join(f"data{i}" for i in range(len(kernel.buffers)))
 
 
 def collapsible(kernel: Kernel, packs) -> bool:
@@ -96,7 +93,9 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     # with flat reduce loops one index runs over all reduce axes; a k tile covers `inner` of it
     # for each step of the first axis
     inner_size = math.prod(red_sizes[1:]) if flat else 1
-    lines = [HEADER, VECTOR_MATH, SCRATCH] + ([TEAM] if parallel else [])
+    masked = any(n.op == "load" and n.arg[1].mask is not None for n in kernel.expr.walk())
+    lines = [HEADER, VECTOR_MATH] + ([KEEP] if masked else []) + [SCRATCH] \
+        + ([TEAM] if parallel else [])
     if reduce_node is not None and sum(u > 1 for u in upcast) >= 2:
         lines.append(NO_SLP)  # a register block over two axes: its accumulators stay in registers
 
@@ -126,6 +125,11 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     def holds(axis: int) -> str | None:
         return "inner" if axis in inside_masks else None
 
+    # the axes whose index moves along the vector lanes: the last output axis, and the
+    # innermost reduce axis where split partial sums run over the lanes
+    lane_axes = frozenset([n_out - 1] + ([len(domain) - 1 if flat else n_out + inner]
+                                         if split > 1 and reduce_node is not None else []))
+
     def load(node: KNode) -> str:
         index, view = node.arg
         if index in packs:
@@ -139,9 +143,9 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
             else:
                 red = [f"({red_idx[0]}-k0)"] + red_idx[1:] if by_tile else red_idx
             return f"pk{index}[{p.offset(blocks, red, lanes)}]"
-        idx, valid = index_expr(view, axis_index, holds)
-        read = f"data{index}[{idx}]"
-        return f"(({valid})?{read}:{d.literal(0, node.dtype)})" if valid else read
+        if view.mask is not None:
+            return masked_read(d, view, f"data{index}", node.dtype, axis_index, holds, lane_axes)
+        return f"data{index}[{index_expr(view, axis_index)[0]}]"
 
     emitter = ExprEmitter(d, load)
     emitter.axis_index = staticmethod(axis_index)
@@ -276,13 +280,14 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     body += stmts + [f"data0[{out_idx}] = {value};", "}" * (n_out + tiled + bool(chunked))]
     lines += ["  " + b for b in body if b] + ["}", ""]
 
-    # ---- the tails, out of line: inlined beside the full block they spoil its vectorization
+    # ---- the tails and the masked blocks, out of line: inlined beside the full block or in
+    # the loop nest they spoil its vectorization
     pack_args = "".join(f", pk{i}" for i in packs) + (", k0, kn, first, last, part" if tiled else "")
-    dispatch, tails = _tail_dispatch(kernel, upcast, pack_args, name, inside_masks)
-    for bounds, tail in tails:
+    shifted = shifted_tails(kernel, upcast, order[:parallel], vector_bytes)
+    dispatch, tails = tail_dispatch(kernel, upcast, pack_args, name, inside_masks, shifted)
+    for call, tail in tails:
         lines += [f"static __attribute__((noinline)) void {tail}({_params(kernel, d)}{origins}"
-                  f"{extra}) {{", f"  {name}_block({_block_args(kernel, bounds)}{pack_args});",
-                  "}", ""]
+                  f"{extra}) {{", f"  {name}_block({call}{pack_args});", "}", ""]
 
     # ---- the entry point
     lines.append(f"void {name}({_params(kernel, d)}) {{")
@@ -358,46 +363,3 @@ def streamed_packs(packs: dict[int, PackInfo], prepacked: frozenset[int],
     if parallel > 1 or not order:
         return []
     return [i for i, p in packs.items() if i not in prepacked and p.axes == [order[0]]]
-
-
-def _block_args(kernel: Kernel, bounds) -> str:
-    args = [f"o{a}" for a in range(kernel.n_out)] + [str(b) for b in bounds]
-    return _args(kernel) + "".join(", " + arg for arg in args)
-
-
-def _tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
-                   name: str, inside_masks: dict[int, tuple[int, int]] | None = None
-                   ) -> tuple[list[str], list[tuple[list[int], str]]]:
-    """Nested ifs that call block() with constant bounds for full blocks and each tail's
-    function for the axes' tails; also the tails as (bounds, function name). Where views are
-    masked (inside_masks), a full block inside every mask runs the unmasked copy."""
-    n_out, domain = kernel.n_out, kernel.domain
-    axes_with_tail = [a for a in range(n_out) if domain[a] % upcast[a]]
-    out: list[str] = []
-    tails: list[tuple[list[int], str]] = []
-    combos = list(itertools.product((False, True), repeat=len(axes_with_tail)))
-    for i, combo in enumerate(combos):
-        bounds = list(upcast)
-        tests = []
-        for a, is_tail in zip(axes_with_tail, combo):
-            if is_tail:
-                bounds[a] = domain[a] % upcast[a]
-            tests.append(f"o{a}+{upcast[a]}{'>' if is_tail else '<='}{domain[a]}")
-        prefix = "" if not tests else ("if (" if i == 0 else "else if (") + " && ".join(tests) + ") "
-        if i == 0 and inside_masks:
-            inside = " && ".join(f"o{a}>={lo} && o{a}+{upcast[a]}<={hi}"
-                                 for a, (lo, hi) in sorted(inside_masks.items()))
-            # the unmasked copy in a function of its own, as the tails: inlined beside the
-            # masked one, GCC merges the two and vectorizes neither
-            tails.append((list(bounds) + [1], f"{name}_inner"))
-            out.append(prefix + f"{{ if ({inside}) {name}_inner({_block_args(kernel, [])}"
-                       f"{pack_args}); else {name}_block({_block_args(kernel, bounds)}, 0"
-                       f"{pack_args}); }}")
-        elif i == 0:
-            out.append(prefix + f"{name}_block({_block_args(kernel, bounds)}{pack_args});")
-        else:
-            tails.append((bounds + ([0] if inside_masks else []), f"{name}_tail{i}"))
-            out.append(prefix + f"{name}_tail{i}({_block_args(kernel, [])}{pack_args});")
-    return out, tails
-
-

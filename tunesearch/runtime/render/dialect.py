@@ -81,19 +81,24 @@ def index_expr(view: View, axis_index: Callable[[int], str],
             terms.append(f"{axis_index(axis)}*{stride}" if stride != 1 else axis_index(axis))
     valid = None
     if view.mask is not None:
-        tests = []
-        for axis, ((lo, hi), size) in enumerate(zip(view.mask, view.shape)):
-            if lo >= hi:
-                return "0", "0"
-            flag = holds(axis)
-            if lo > 0:
-                test = f"({axis_index(axis)})>={lo}"
-                tests.append(f"({flag}||{test})" if flag else test)
-            if hi < size:
-                test = f"({axis_index(axis)})<{hi}"
-                tests.append(f"({flag}||{test})" if flag else test)
-        valid = "&&".join(tests) if tests else None
+        if any(lo >= hi for lo, hi in view.mask):
+            return "0", "0"
+        valid = "&&".join(mask_tests(view, axis_index, holds, range(len(view.shape)))) or None
     return "+".join(terms) or "0", valid
+
+
+def mask_tests(view: View, axis_index: Callable[[int], str],
+               holds: Callable[[int], str | None], axes) -> list[str]:
+    """The tests of a masked view's valid range on the given axes (an axis's flag from holds,
+    where there is one, passes them)."""
+    tests = []
+    for axis in axes:
+        (lo, hi), size = view.mask[axis], view.shape[axis]
+        flag = holds(axis)
+        for test in ([f"({axis_index(axis)})>={lo}"] if lo > 0 else []) + \
+                    ([f"({axis_index(axis)})<{hi}"] if hi < size else []):
+            tests.append(f"({flag}||{test})" if flag else test)
+    return tests
 
 
 class ExprEmitter:

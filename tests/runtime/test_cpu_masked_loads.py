@@ -1,0 +1,127 @@
+"""Masked reads (a padded copy, a concatenation, a neighbour channel off the edge) and the tails
+of elementwise kernels, as the CPU renders them: every block of a padded copy vectorizes (the
+compiler's own report), a read masked on an axis other than the lanes is clamped into the
+buffer and read unconditionally, an elementwise tail runs as a whole block shifted back. Each
+against numpy, on one and two threads, with blocks that cross the edges."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from tunesearch import Tensor
+from tunesearch.graph.schedule import create_schedule
+from tunesearch.runtime.cpu import compiler
+from tunesearch.runtime.device import get_device
+from tunesearch.space.spaces import space_for
+
+DEVICE = get_device("cpu")
+
+
+def _run(item, config):
+    kernel = item.kernel
+    program = DEVICE.build(kernel, config)
+    out = DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
+    program([out] + [node.realized for node in item.inputs])
+    return DEVICE.copyout(out).reshape(kernel.out_shape), program.source.text
+
+
+def _config(kernel, threads: int, **knobs):
+    space = space_for(kernel, dataclasses.replace(DEVICE.info().target, threads=threads))
+    config = space.default().replace(threads=threads, parallel=1 if threads > 1 else 0,
+                                     **knobs)
+    assert space.validate(config) is None, space.validate(config)
+    return config
+
+
+def _padded_copy(rng):
+    """relu(x * scale + shift) padded by one on both spatial sides: the copy a densenet layer
+    makes before its 3x3 convolution, masked on the rows and on the columns (the lanes)."""
+    x = rng.standard_normal((1, 8, 6, 20)).astype(np.float32)
+    scale = rng.standard_normal((1, 8, 1, 1)).astype(np.float32)
+    shift = rng.standard_normal((1, 8, 1, 1)).astype(np.float32)
+    y = (Tensor(x) * Tensor(scale) + Tensor(shift)).relu().pad([(0, 0), (0, 0), (1, 1), (1, 1)])
+    want = np.pad(np.maximum(x * scale + shift, 0), [(0, 0), (0, 0), (1, 1), (1, 1)])
+    return create_schedule([y.node])[-1], want
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_padded_copy_is_right_and_every_block_vectorizes(threads):
+    item, want = _padded_copy(np.random.default_rng(1))
+    kernel = item.kernel
+    assert kernel.domain == (1, 8, 8, 22)
+    config = _config(kernel, threads, upcast=(1, 1, 1, 16), order=(1, 2, 3, 0))
+    got, text = _run(item, config)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # fused multiply-add
+    # the row tests keep or zero the value read; only the column (lane) tests guard a load
+    x_read = next(line for line in text.splitlines() if "data1[" in line and "float t" in line)
+    assert x_read.count("?data1[") == 1 and "o2+l2" not in x_read.split("?data1[")[0], x_read
+    assert "ts_keep(" in x_read
+    # the compiler vectorizes the lane loop in every out-of-line block: the copy inside every
+    # mask, the one on an edge, and the tail
+    cc, _ = compiler()
+    flags = [f for f in DEVICE.flags if f not in ("-shared",)]
+    report = subprocess.run([cc, *flags, "-fopt-info-vec-optimized", "-x", "c", "-", "-c",
+                             "-o", "/dev/null"], input=text, capture_output=True, text=True)
+    if "unrecognized" in report.stderr or report.returncode != 0:
+        pytest.skip(f"{cc} gives no vectorizer report: {report.stderr[-200:]}")
+    blocks = [m.group(1) for m in re.finditer(r"noinline\)\) void (\w+)\(", text)]
+    assert {b.rsplit("_", 1)[-1] for b in blocks} >= {"inner", "edge", "tail1"}, blocks
+    simd_line = next(i for i, line in enumerate(text.splitlines(), 1) if "omp simd" in line)
+    vectorized = [line for line in report.stderr.splitlines() if "loop vectorized" in line
+                  and re.match(rf"<stdin>:({simd_line}|{simd_line + 1}):", line)]
+    assert len(vectorized) >= len(blocks), report.stderr
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_a_read_masked_on_the_channels_is_unconditional_and_inside_the_buffer(threads, lanes):
+    """The neighbour channels a local response normalization reads: masked on the channels
+    (not the lanes), read at a clamped channel, so never outside the buffer (the first and last
+    channels' neighbours are off its ends), and kept only where the channel exists."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 6, 5, 13)).astype(np.float32)
+    t = Tensor(x)
+    below = t.pad([(0, 0), (1, 0), (0, 0), (0, 0)]).shrink([(0, 1), (0, 6), (0, 5), (0, 13)])
+    above = t.pad([(0, 0), (0, 1), (0, 0), (0, 0)]).shrink([(0, 1), (1, 7), (0, 5), (0, 13)])
+    y = ((below * below + above * above) * -0.5).exp() * t
+    item = create_schedule([y.node])[-1]
+    kernel = item.kernel
+    assert kernel.domain == (1, 6, 5, 13)
+    got, text = _run(item, _config(kernel, threads, upcast=(1, 1, 1, lanes)))
+    up = np.pad(x, [(0, 0), (1, 0), (0, 0), (0, 0)])[:, :6]
+    down = np.pad(x, [(0, 0), (0, 1), (0, 0), (0, 0)])[:, 1:]
+    np.testing.assert_allclose(got, np.exp((up * up + down * down) * -0.5) * x,
+                               rtol=1e-5, atol=1e-6)
+    assert "?data1[" not in text
+    assert text.count("ts_keep(data1[") >= 2
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_elementwise_tail_runs_as_a_whole_block_shifted_back(threads):
+    """55 columns in blocks of 32: the tail's 23 columns run as the block of columns 23..54,
+    columns 23..31 computed twice (and equal)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 55)).astype(np.float32)
+    y = (Tensor(x) * 0.5).exp() + 1.0
+    item = create_schedule([y.node])[-1]
+    kernel = item.kernel
+    config = _config(kernel, threads, upcast=(1, 32), order=(0, 1))
+    got, text = _run(item, config)
+    np.testing.assert_allclose(got, np.exp(x * 0.5) + 1, rtol=2e-6)
+    tail = text[text.index("_tail1("):]
+    assert re.search(r"_block\([^;]*, 23, 1, 32\);", tail), tail[:400]
+
+
+def test_a_tail_split_over_the_threads_is_not_shifted():
+    """Two threads would write the columns both blocks cover: the tail stays a tail."""
+    x = np.random.default_rng(4).standard_normal((3, 55)).astype(np.float32)
+    item = create_schedule([((Tensor(x) * 0.5).exp()).node])[-1]
+    config = _config(item.kernel, 2, upcast=(1, 32), order=(1, 0))
+    got, text = _run(item, config)
+    np.testing.assert_allclose(got, np.exp(x * 0.5), rtol=2e-6)
+    tail = text[text.index("_tail1("):]
+    assert re.search(r"_block\([^;]*, o1, 1, 23\);", tail), tail[:400]
