@@ -77,6 +77,24 @@ def test_a_padded_copy_is_right_and_every_block_vectorizes(threads):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+def test_a_transposing_padded_copy_gathers_unconditionally(threads):
+    """A padded copy that reads its input transposed (a convolution's [positions, channels]
+    output read back as channels x rows x columns): its lanes are gathered a stride apart, so
+    their test keeps or zeroes the gathered value instead of guarding each element's read."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((14, 14, 24)).astype(np.float32)  # rows, columns, channels
+    t = Tensor(x).permute(2, 0, 1).reshape(1, 24, 14, 14)
+    y = t.relu().pad([(0, 0), (0, 0), (1, 1), (1, 1)])
+    item = create_schedule([y.node])[-1]
+    kernel = item.kernel
+    assert kernel.domain == (1, 24, 16, 16)
+    got, text = _run(item, _config(kernel, threads, upcast=(1, 1, 1, 16), order=(1, 2, 3, 0)))
+    want = np.pad(np.maximum(x.transpose(2, 0, 1), 0)[None], [(0, 0), (0, 0), (1, 1), (1, 1)])
+    np.testing.assert_array_equal(got, want)
+    assert "?data1[" not in text and "ts_keep(data1[" in text
+
+
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("lanes", [4, 8])
 def test_a_read_masked_on_the_channels_is_unconditional_and_inside_the_buffer(threads, lanes):
     """The neighbour channels a local response normalization reads: masked on the channels
