@@ -32,3 +32,53 @@ def test_channels_on_lanes_match_onnxruntime(k, groups, cout):
     matmul = next(item.kernel for item in model.schedule() if item.kernel.n_reduce)
     # the reduce's output axes end in (positions, channels): the channels are the lanes
     assert matmul.domain[matmul.n_out - 2:matmul.n_out] == (size * size, cout // groups)
+
+
+def _conv_model(cin, cout, k, width, groups=1, dilation=1, height=3):
+    w = (RNG.standard_normal((cout, cin // groups, k, k)) * 0.2).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    pad = dilation * (k // 2)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, group=groups,
+                              dilations=[dilation] * 2),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, height, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, height, width])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _row_vectors() -> int:
+    """Output columns at which the CPU target reads a convolution's windows in place."""
+    from tunesearch.onnx.conv import DIRECT_ROW_VECTORS
+    from tunesearch.runtime.device import get_device
+    return DIRECT_ROW_VECTORS * get_device("cpu").info().target.lanes(4)
+
+
+@pytest.mark.parametrize("k,groups,dilation", [(3, 1, 1), (3, 2, 2), (5, 1, 1)])
+def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, dilation):
+    """Output rows of at least DIRECT_ROW_VECTORS vectors (plus a partial one): one reduce over
+    channel x kernel reading the padded input in place, no im2col copy."""
+    width = _row_vectors() + 3
+    proto = _conv_model(4, 6, k, width, groups, dilation)
+    model = tox.load(proto, device="cpu")
+    feeds = model.random_inputs(3)
+    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
+                               rtol=1e-4, atol=1e-4)
+    kernels = [item.kernel for item in model.schedule()]
+    conv = next(kernel for kernel in kernels if kernel.n_reduce)
+    assert conv.n_reduce == 3 and conv.domain[conv.n_out - 2:] == (3, width, 4 // groups, k, k)
+    # the padded input, then the convolution: nothing the size of the windows is written
+    assert len(kernels) == 2, [kernel.name for kernel in kernels]
+
+
+def test_rows_of_fewer_vectors_go_through_an_im2col_copy():
+    width = _row_vectors() - 1
+    proto = _conv_model(4, 6, 3, width)
+    model = tox.load(proto, device="cpu")
+    feeds = model.random_inputs(4)
+    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
+                               rtol=1e-4, atol=1e-4)
+    conv = next(item.kernel for item in model.schedule() if item.kernel.n_reduce)
+    assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (3 * width, 4 * 9)
