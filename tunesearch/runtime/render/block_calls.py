@@ -77,5 +77,3 @@ def tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
                           f"{name}_tail{i}"))
             out.append(prefix + f"{name}_tail{i}({block_args(kernel, [])}{pack_args});")
     return out, tails
-
-
