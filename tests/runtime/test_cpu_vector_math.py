@@ -1,6 +1,7 @@
-"""The CPU kernels' own exp2 and log2 (runtime/render/c_support.VECTOR_MATH, inline so that they
-vectorize) against numpy in float64: exp2 within 1 ulp, log2 within 3, over the whole float range,
-with libm's special values, and vectorized where the kernel's lane loop is."""
+"""The CPU kernels' own sqrt, exp2 and log2 (runtime/render/c_support.VECTOR_MATH, inline so that
+they vectorize) against numpy: sqrt exact, exp2 within 1 ulp and log2 within 3 of float64, over
+the whole float range, with libm's special values, and vectorized where the kernel's lane loop
+is."""
 from __future__ import annotations
 
 import numpy as np
@@ -68,3 +69,31 @@ def test_exp2_and_log2_vectorize():
         assert "exp2f" not in dump and "log2f" not in dump
         # exp2's rint, on packed lanes (scalar code has roundss, or AVX-512's vrndscaless)
         assert "roundps" in dump or "vrndscaleps" in dump
+
+
+def test_sqrt_is_ieee_and_vectorizes():
+    """sqrt exact (IEEE) with NaN for a negative input and -0 kept, and no call left behind
+    it: without its negative inputs made NaN explicitly, GCC keeps libm's sqrtf (for errno)
+    and vectorizes no loop that holds one."""
+    import platform
+    import shutil
+    import subprocess
+    from tunesearch.graph.schedule import create_schedule
+    from tunesearch.runtime.device import get_device
+    from tunesearch.runtime.lookup import TunedConfigs
+    edges = [0, -0.0, -1, 1, 2, np.inf, -np.inf, np.nan, 1e-45, 3.4e38]
+    x = np.concatenate([10.0 ** RNG.uniform(-45, 38.5, 20000), edges]).astype(np.float32)
+    got = Tensor(x, device="cpu").sqrt().numpy()
+    with np.errstate(invalid="ignore"):
+        want = np.sqrt(x)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.signbit(got[np.flatnonzero(np.signbit(x) & (x == 0))]).all()
+    device = get_device("cpu")
+    t = Tensor(RNG.standard_normal(4096).astype(np.float32), device="cpu")
+    kernel = create_schedule([(t * t).sqrt().node])[-1].kernel
+    source = device.render(kernel, TunedConfigs.defaults().choose(kernel, device).config)
+    assert "ts_sqrtf(" in source.text
+    if shutil.which("objdump") and platform.machine() in ("x86_64", "AMD64"):
+        dump = subprocess.run(["objdump", "-d", device.compile(source).decode()],
+                              capture_output=True, text=True).stdout
+        assert "sqrtf@plt" not in dump and "sqrtps" in dump

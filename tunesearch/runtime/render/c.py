@@ -28,10 +28,10 @@ from tunesearch.space.panel_layout import PackInfo
 
 
 class CDialect(Dialect):
-    """The C of the CPU device: exp2 and log2 by the inline functions of VECTOR_MATH."""
+    """The C of the CPU device: sqrt, exp2 and log2 by the inline functions of VECTOR_MATH."""
 
     def math_name(self, name: str) -> str:
-        return f"ts_{name}f" if name in ("exp2", "log2") else super().math_name(name)
+        return f"ts_{name}f" if name in ("sqrt", "exp2", "log2") else super().math_name(name)
 
 
 def _params(kernel: Kernel, dialect: Dialect, const: bool = True) -> str:

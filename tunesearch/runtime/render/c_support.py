@@ -1,9 +1,13 @@
-"""The C every CPU kernel includes beside its loop nest: the headers, exp2 and log2 that
+"""The C every CPU kernel includes beside its loop nest: the headers, sqrt, exp2 and log2 that
 vectorize, scratch kept between calls, and the team size a parallel loop asks OpenMP for."""
 from __future__ import annotations
 
 HEADER = "#include <math.h>\n#include <stdlib.h>\n#include <stdbool.h>\n#include <string.h>\n"
 
+# sqrt with its NaN for a negative input made explicit: sqrtf may set errno there, so GCC keeps
+# a call per element behind each one and vectorizes no loop that holds one (a layer norm's
+# normalization ran one element at a time so); given no negative input it emits the vector
+# instruction.
 # exp2 and log2 as inline arithmetic the compiler vectorizes (libm's are calls, one element at a
 # time: a softmax or a GELU then runs at a tenth of the speed of the loads around it). exp2 is
 # within 1 ulp of the exact value over every float, log2 within 3, and both keep libm's special
@@ -15,6 +19,7 @@ VECTOR_MATH = """#ifndef TUNESEARCH_VECTOR_MATH
 #define TUNESEARCH_VECTOR_MATH
 static inline float ts_bits_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline int ts_float_bits(float f) { int i; memcpy(&i, &f, 4); return i; }
+static inline float ts_sqrtf(float x) { return __builtin_sqrtf(x < 0.0f ? NAN : x); }
 static inline float ts_exp2f(float x) {
   float c = x < -151.0f ? -151.0f : (x > 129.0f ? 129.0f : x);
   float n = rintf(c), f = c - n;
