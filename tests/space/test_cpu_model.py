@@ -313,3 +313,28 @@ def test_the_default_packs_a_column_side_whose_steps_lie_pages_apart():
     assert column_side_packed(128, 1152, 3136) == (True, True)    # 12 KiB a step, 1152 steps
     assert column_side_packed(16, 27, 1024)[0] is False            # 27 steps stay in L1
     assert column_side_packed(128, 1152, 1008)[0] is False         # 4032 bytes a step
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_an_elementwise_default_writes_its_output_in_order(level):
+    """An im2col copy laid out [positions, channel x kernel] (a convolution with the channels
+    on the lanes): its loops run in the output's memory order, whatever axis has the most
+    blocks, and its 3-wide innermost axis, shorter than a vector, is one block whole (no
+    tail). The zoo models check such copies' output against onnxruntime."""
+    import numpy as np
+    from tunesearch import Tensor
+    from tunesearch.graph.schedule import create_schedule
+    x = np.random.default_rng(8).standard_normal((1, 24, 9, 9)).astype(np.float32)
+    w = np.random.default_rng(9).standard_normal((24 * 9, 40)).astype(np.float32)
+    cols = Tensor(x).windows([3, 3], [1, 1], [1, 1], [(1, 1), (1, 1)], [9, 9])
+    cols = cols.reshape(1, 24, 9, 9, 3, 3).permute(0, 2, 3, 1, 4, 5).reshape(81, 24 * 9)
+    items = create_schedule([(cols @ Tensor(w)).node])
+    item = next(i for i in items if i.kernel.n_reduce == 0 and i.kernel.out_shape[-1] == 3)
+    kernel = item.kernel
+    config = space_for(kernel, LEVELS[level]).default()
+    strides = kernel.out_view.strides
+    order = [a for a in config.get("order") if kernel.domain[a] > 1]
+    assert [abs(strides[a]) for a in order] == sorted((abs(strides[a]) for a in order),
+                                                      reverse=True)
+    assert config.get("upcast")[-1] == 3
+    assert order[-1] == kernel.n_out - 1
