@@ -338,3 +338,20 @@ def test_an_elementwise_default_writes_its_output_in_order(level):
                                                       reverse=True)
     assert config.get("upcast")[-1] == 3
     assert order[-1] == kernel.n_out - 1
+
+
+def test_an_outer_loop_of_one_block_shares_the_next_over_the_threads():
+    """A convolution that reads its windows in place over rows of 56 columns: its column
+    blocks (outermost) are one 56-wide block, so the threads share the rows below it (a
+    collapsed loop), not nothing."""
+    import numpy as np
+    from tunesearch import Tensor
+    x = np.zeros((1, 128, 56, 56), np.float32)
+    w = np.zeros((32, 128, 3, 3), np.float32)
+    cols = Tensor(x).windows([3, 3], [1, 1], [1, 1], [(1, 1), (1, 1)], [56, 56])
+    cols = cols.reshape(1, 1, 128, 56, 56, 3, 3)
+    kernel = _last_kernel((cols * Tensor(w).reshape(1, 32, 128, 1, 1, 3, 3)).sum((2, 5, 6)))
+    config = space_for(kernel, LEVELS["avx512"]).default()
+    order, upcast = config.get("order"), config.get("upcast")
+    assert -(-kernel.domain[order[0]] // upcast[order[0]]) == 1
+    assert config.get("parallel") == 2 and config.get("threads") == 2

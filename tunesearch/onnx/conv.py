@@ -82,7 +82,7 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
     elif all(k == 1 for k in kernel):
         cols = cols.reshape(batch, groups, 1, cig, positions)
         out = (cols * _weight(ctx, w, (1, groups, rc, cig, 1))).sum(3)
-    elif _direct(ctx, x, cig, outs, strides):
+    elif _direct(ctx, x, cig, rc, outs, strides):
         # the windows read in place: a row of them is a run of the padded input
         cols = cols.reshape(batch, groups, 1, cig, *outs, *kernel)
         weight = _weight(ctx, w, (1, groups, rc, cig, *([1] * n), *kernel))
@@ -106,24 +106,32 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
     return out
 
 
-# a convolution reads its windows in place where an output row spans at least this many vectors
+# a convolution reads its windows in place where an output row spans at least this many vectors,
+# or at least FEW_CHANNELS_ROW_VECTORS where it has at most two vectors of output channels
 DIRECT_ROW_VECTORS = 4
+FEW_CHANNELS_ROW_VECTORS = 3
 
 
-def _direct(ctx, x: Tensor, cig: int, outs: list[int], strides) -> bool:
+def _direct(ctx, x: Tensor, cig: int, rc: int, outs: list[int], strides) -> bool:
     """Whether a 2-d convolution runs as one reduce over the windows read in place (no im2col
     copy): on a CPU, with stride 1 (a row of windows is a contiguous run of the padded input,
     the vector lanes), where an output row spans at least DIRECT_ROW_VECTORS vectors. The
     register block is then a few output channels by a row's vectors, its partial last vector
     at most a fifth of the row's work. Shorter rows leave the lanes part empty and the blocks
     small: a 3x3 convolution over 112 columns ran 2x faster so than its im2col copy and matmul
-    (AVX-512), over 56 columns 1.3x (AVX2), but over 56 columns 0.7-1.0x (AVX-512, 3.5
-    vectors) and over 28 0.9x (AVX2)."""
+    (AVX-512), over 56 columns 1.3-1.7x (AVX2), but over 28 columns 0.9x (AVX2, 128 output
+    channels). The copy costs its bytes over fewer flops the fewer output channels share it
+    (2 / channels bytes written a flop), so with at most two vectors of output channels rows of
+    FEW_CHANNELS_ROW_VECTORS vectors read in place too: over 56 columns at AVX-512 (3.5
+    vectors) 32 channels ran 1.2x faster so, 64 channels 0.94x, 192 channels 0.72x."""
     if cig == 1 or len(outs) != 2 or any(s != 1 for s in strides):
         return False
     target = get_device(ctx.device).info().target
-    return target.family == "cpu" and \
-        outs[-1] >= DIRECT_ROW_VECTORS * target.lanes(x.dtype.itemsize)
+    if target.family != "cpu":
+        return False
+    lanes = target.lanes(x.dtype.itemsize)
+    vectors = DIRECT_ROW_VECTORS if rc > 2 * lanes else FEW_CHANNELS_ROW_VECTORS
+    return outs[-1] >= vectors * lanes
 
 
 def _channels_on_lanes(channels: int, positions: int) -> bool:

@@ -32,11 +32,13 @@ def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     blocks = register_blocks(kernel, layout["upcast"])
     threads = target.threads
     order = layout["order"]
-    parallel = 1 if kernel.n_out and cpu_model.parallel_pays(target, kernel.flops, kernel.bytes) \
-        and blocks[order[0]] > 1 else 0
-    if parallel and len(order) > 1 and blocks[order[0]] < 4 * threads \
+    pays = kernel.n_out and cpu_model.parallel_pays(target, kernel.flops, kernel.bytes)
+    parallel = 1 if pays and blocks[order[0]] > 1 else 0
+    if (parallel or pays) and len(order) > 1 and blocks[order[0]] < 4 * threads \
             and blocks[order[1]] > 1:
-        parallel = 2  # too few outer blocks to share evenly: share the first two loops
+        # too few outer blocks to share evenly, or one (a convolution's row of 56 columns in
+        # one block, read in place): share the first two loops
+        parallel = 2
     return Config.make(**layout, parallel=parallel, threads=threads if parallel else 1)
 
 
