@@ -64,6 +64,18 @@ def test_binary_broadcast(shapes):
     close(tb ** 1.7, b ** 1.7, 1e-3)
 
 
+@pytest.mark.parametrize("exponent", [0.25, 0.5, -0.75, 1.5, 2.75, -3.25])
+def test_quarter_powers_by_square_roots(exponent):
+    """x ** (k/4) as products of x, sqrt(x) and sqrt(sqrt(x)): as numpy's pow to a few ulp,
+    NaN for a negative base (as numpy), 0 or inf at zero, inf at inf."""
+    x = np.concatenate([RNG.uniform(1e-3, 50, 200), [0.0, np.inf, -2.0, 1.0]]).astype(np.float32)
+    got = (Tensor(x) ** exponent).numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.power(x.astype(np.float64), exponent).astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+    assert np.isnan(got[-2]) and got[-1] == 1.0
+
+
 def test_integer_ops():
     a = RNG.integers(-20, 20, (6, 7)).astype(np.int32)
     b = RNG.integers(1, 6, (6, 7)).astype(np.int32)
