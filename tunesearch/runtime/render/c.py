@@ -93,7 +93,7 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     # with flat reduce loops one index runs over all reduce axes; a k tile covers `inner` of it
     # for each step of the first axis
     inner_size = math.prod(red_sizes[1:]) if flat else 1
-    masked = any(n.op == "load" and n.arg[1].mask is not None for n in kernel.expr.walk())
+    masked = any(n.arg[1].mask is not None for n in kernel.loads())
     lines = [HEADER, VECTOR_MATH] + ([KEEP] if masked else []) + [SCRATCH] \
         + ([TEAM] if parallel else [])
     if reduce_node is not None and sum(u > 1 for u in upcast) >= 2:
