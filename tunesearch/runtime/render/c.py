@@ -69,6 +69,19 @@ def collapsible(kernel: Kernel, packs) -> bool:
 # vectorizer all the same; the pragma covers what follows it (the block and entry functions).
 NO_SLP = '#pragma GCC optimize ("no-tree-slp-vectorize")'
 
+# a block's loops over its elements are unrolled whole up to this many iterations
+UNROLL_LANES = 64
+
+# GCC's loop distribution turns a loop that only copies or zeroes into a library call. Inside a
+# parallel loop's outlined body the pointers no longer carry `restrict`, so a block's short
+# contiguous copy became a call to memmove for every few elements (a 3x3 im2col copy laid out
+# [positions, channel x kernel]: a call per 12 bytes, 5.7x slower on one thread; a depthwise
+# 3x3 convolution over 14x14 maps 2.2x). Where the block's loops unroll whole the loops stay
+# loops. Not where a block axis is longer than that: a partly rolled loop zeroing or copying
+# the accumulators is then left as such, and keeps them in memory (a 4x96 block of a grouped
+# 1x1 convolution: 2.8x slower), where as a library call they are taken apart into registers.
+NO_LIBCALLS = '#pragma GCC optimize ("no-tree-loop-distribute-patterns")'
+
 
 def render_c(kernel: Kernel, config: Config, name: str = "kernel",
                vector_bytes: int = 32, prepacked: frozenset[int] = frozenset()) -> str:
@@ -94,8 +107,10 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     # for each step of the first axis
     inner_size = math.prod(red_sizes[1:]) if flat else 1
     masked = any(n.arg[1].mask is not None for n in kernel.loads())
-    lines = [HEADER, VECTOR_MATH] + ([KEEP] if masked else []) + [SCRATCH] \
-        + ([TEAM] if parallel else [])
+    whole_blocks = max(split, *upcast, 1) <= UNROLL_LANES
+    # the pragma first: a function compiled with other options is not inlined into the kernel
+    lines = [HEADER] + ([NO_LIBCALLS] if whole_blocks else []) + [VECTOR_MATH] \
+        + ([KEEP] if masked else []) + [SCRATCH] + ([TEAM] if parallel else [])
     if reduce_node is not None and sum(u > 1 for u in upcast) >= 2:
         lines.append(NO_SLP)  # a register block over two axes: its accumulators stay in registers
 
@@ -156,7 +171,7 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     whole = [upcast[a] if a in padded else f"n{a}" for a in range(n_out)]
     compute_loops = [f"for (int l{a} = 0; l{a} < {whole[a]}; l{a}++)" for a in range(n_out)]
     inside = " && ".join(f"l{a} < n{a}" for a in sorted(padded))
-    unroll_lanes = "_Pragma(\"GCC unroll 64\")"
+    unroll_lanes = f"_Pragma(\"GCC unroll {UNROLL_LANES}\")"
     acc_dims = "".join(f"[{u}]" for u in upcast)
     acc_at = "acc" + "".join(f"[l{a}]" for a in range(n_out))
     known = {}
