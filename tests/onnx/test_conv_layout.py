@@ -51,17 +51,19 @@ def _conv_model(cin, cout, k, width, groups=1, dilation=1, height=3):
 
 def _row_columns(channels: int) -> int:
     """Output columns from which the CPU target reads a convolution's windows in place."""
-    from tunesearch.onnx.conv import DIRECT_ROW_VECTORS, FEW_CHANNELS_ROW_VECTORS
+    from tunesearch.onnx.conv import (DIRECT_ROW_VECTORS, FEW_CHANNELS_ROW_VECTORS,
+                                      FEW_CHANNELS_VECTORS)
     from tunesearch.runtime.device import get_device
     lanes = get_device("cpu").info().target.lanes(4)
-    return (DIRECT_ROW_VECTORS if channels > 2 * lanes else FEW_CHANNELS_ROW_VECTORS) * lanes
+    return (DIRECT_ROW_VECTORS if channels > FEW_CHANNELS_VECTORS * lanes
+            else FEW_CHANNELS_ROW_VECTORS) * lanes
 
 
 @pytest.mark.parametrize("k,groups,dilation,cout", [(3, 1, 1, 6), (3, 2, 2, 6), (5, 1, 1, 6),
-                                                    (3, 1, 1, 40)])
+                                                    (3, 1, 1, 70)])
 def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, dilation, cout):
     """Output rows of at least DIRECT_ROW_VECTORS vectors (FEW_CHANNELS_ROW_VECTORS with at
-    most two vectors of output channels), plus a partial one: one reduce over channel x kernel
+    most FEW_CHANNELS_VECTORS vectors of output channels), plus a partial one: one reduce over channel x kernel
     reading the padded input in place, no im2col copy."""
     width = _row_columns(cout // groups) + 3
     proto = _conv_model(4, cout, k, width, groups, dilation)
@@ -76,7 +78,7 @@ def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, di
     assert len(kernels) == 2, [kernel.name for kernel in kernels]
 
 
-@pytest.mark.parametrize("cout", [6, 40])
+@pytest.mark.parametrize("cout", [6, 70])
 def test_rows_of_fewer_vectors_go_through_an_im2col_copy(cout):
     width = _row_columns(cout) - 1
     proto = _conv_model(4, cout, 3, width)

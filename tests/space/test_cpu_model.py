@@ -341,17 +341,43 @@ def test_an_elementwise_default_writes_its_output_in_order(level):
 
 
 def test_an_outer_loop_of_one_block_shares_the_next_over_the_threads():
-    """A convolution that reads its windows in place over rows of 56 columns: its column
-    blocks (outermost) are one 56-wide block, so the threads share the rows below it (a
+    """A convolution that reads its windows in place over rows of 48 columns: its column
+    blocks (outermost) are one 48-wide block, so the threads share the rows below it (a
     collapsed loop), not nothing."""
     import numpy as np
     from tunesearch import Tensor
-    x = np.zeros((1, 128, 56, 56), np.float32)
+    x = np.zeros((1, 128, 48, 48), np.float32)
     w = np.zeros((32, 128, 3, 3), np.float32)
-    cols = Tensor(x).windows([3, 3], [1, 1], [1, 1], [(1, 1), (1, 1)], [56, 56])
-    cols = cols.reshape(1, 1, 128, 56, 56, 3, 3)
+    cols = Tensor(x).windows([3, 3], [1, 1], [1, 1], [(1, 1), (1, 1)], [48, 48])
+    cols = cols.reshape(1, 1, 128, 48, 48, 3, 3)
     kernel = _last_kernel((cols * Tensor(w).reshape(1, 32, 128, 1, 1, 3, 3)).sum((2, 5, 6)))
     config = space_for(kernel, LEVELS["avx512"]).default()
     order, upcast = config.get("order"), config.get("upcast")
     assert -(-kernel.domain[order[0]] // upcast[order[0]]) == 1
     assert config.get("parallel") == 2 and config.get("threads") == 2
+
+
+@pytest.mark.parametrize("level", ["avx512", "avx2"])
+def test_windows_read_in_place_take_whole_vectors_and_a_tail_block(level):
+    """A convolution reading its windows in place over rows of 56 columns (3.5 vectors at
+    AVX-512): the register block spans whole vectors of the row, the rest a tail block that
+    runs only the vectors it needs, and its channel block divides the 32 channels. A matmul's
+    column block is chosen as before (its panel may be padded to whole blocks)."""
+    import numpy as np
+    from tunesearch import Tensor
+    from tunesearch.space import cpu_model
+    target = LEVELS[level]
+    lanes = target.lanes(4)
+    x = np.zeros((1, 128, 56, 56), np.float32)
+    w = np.zeros((32, 128, 3, 3), np.float32)
+    cols = Tensor(x).windows([3, 3], [1, 1], [1, 1], [(1, 1), (1, 1)], [56, 56])
+    cols = cols.reshape(1, 1, 128, 56, 56, 3, 3)
+    kernel = _last_kernel((cols * Tensor(w).reshape(1, 32, 128, 1, 1, 3, 3)).sum((2, 5, 6)))
+    upcast = space_for(kernel, target).default().get("upcast")
+    assert upcast[-1] % lanes == 0 and upcast[-1] < 56 + lanes, upcast
+    assert 32 % upcast[2] == 0, upcast
+    # the share of lanes used: 56 columns in blocks of 48 take 3 + 1 vectors of 16 at AVX-512
+    assert cpu_model._lanes_used(56, 48, 16, rows=8, busy=8) == 56 / 64
+    # a tail too small to keep the FMA units busy costs a whole block
+    assert cpu_model._lanes_used(56, 48, 16, rows=4, busy=8) == 56 / 96
+    assert cpu_model._lanes_used(56, 48, 16, rows=0, busy=8) == 56 / 96
