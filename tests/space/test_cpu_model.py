@@ -381,3 +381,28 @@ def test_windows_read_in_place_take_whole_vectors_and_a_tail_block(level):
     # a tail too small to keep the FMA units busy costs a whole block
     assert cpu_model._lanes_used(56, 48, 16, rows=4, busy=8) == 56 / 96
     assert cpu_model._lanes_used(56, 48, 16, rows=0, busy=8) == 56 / 96
+
+
+@pytest.mark.parametrize("level", ["avx512", "avx2", "sse4"])
+def test_a_contiguous_reduce_sums_several_outputs_at_once(level):
+    """A matrix-vector product (a classifier's 1000x1024 weight times a vector): partial sums
+    along the contiguous reduce, for as many rows at once as keep the adds in flight within
+    the registers; on this machine the result matches numpy."""
+    import numpy as np
+    from tunesearch import Tensor
+    from tunesearch.space import cpu_model
+    target = LEVELS[level]
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((1000, 1024)).astype(np.float32)
+    v = rng.standard_normal((1024,)).astype(np.float32)
+    kernel = _last_kernel((Tensor(w) * Tensor(v).reshape(1, 1024)).sum(1))
+    config = space_for(kernel, target).default()
+    split, upcast = config.get("split"), config.get("upcast")
+    vectors = split // target.lanes(4)
+    rows = cpu_model.reduce_rows(target, split)
+    assert upcast[-1] == rows > 1, config
+    assert rows * vectors <= target.fma_units * target.fma_latency
+    assert 2 * rows * vectors <= target.vector_registers
+    # run on this machine under its own default (the same rule at its level)
+    got = (Tensor(w) * Tensor(v).reshape(1, 1024)).sum(1).numpy()
+    np.testing.assert_allclose(got, w @ v, rtol=1e-4, atol=1e-3)

@@ -244,6 +244,15 @@ def reduce_split(target: Target, itemsize: int = 4) -> int:
     return 2 * target.lanes(itemsize)
 
 
+def reduce_rows(target: Target, split: int, itemsize: int = 4) -> int:
+    """Outputs a contiguous reduce sums at once, `split` partial sums each: enough chains of
+    adds to keep the FMA pipes busy (units x latency), their accumulators and as many loads
+    within the register file."""
+    vectors = max(1, split // target.lanes(itemsize))
+    busy = target.fma_units * target.fma_latency
+    return max(1, min(busy // vectors, target.vector_registers // (2 * vectors)))
+
+
 def elementwise_block(target: Target, itemsize: int = 4) -> int:
     """Elements an elementwise block handles at once: four vectors, enough to hide a load's
     latency behind the others without running out of registers on any level."""
