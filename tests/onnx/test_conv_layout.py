@@ -49,23 +49,36 @@ def _conv_model(cin, cout, k, width, groups=1, dilation=1, height=3):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def _lanes() -> int:
+    from tunesearch.runtime.device import get_device
+    return get_device("cpu").info().target.lanes(4)
+
+
 def _row_columns(channels: int) -> int:
     """Output columns from which the CPU target reads a convolution's windows in place."""
     from tunesearch.onnx.conv import (DIRECT_ROW_VECTORS, FEW_CHANNELS_ROW_VECTORS,
                                       FEW_CHANNELS_VECTORS)
-    from tunesearch.runtime.device import get_device
-    lanes = get_device("cpu").info().target.lanes(4)
+    lanes = _lanes()
     return (DIRECT_ROW_VECTORS if channels > FEW_CHANNELS_VECTORS * lanes
             else FEW_CHANNELS_ROW_VECTORS) * lanes
 
 
-@pytest.mark.parametrize("k,groups,dilation,cout", [(3, 1, 1, 6), (3, 2, 2, 6), (5, 1, 1, 6),
-                                                    (3, 1, 1, 70)])
-def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, dilation, cout):
+def _channels(which: str) -> int:
+    """A few output channels, or more than FEW_CHANNELS_VECTORS vectors of them (70 at
+    AVX-512, 38 at AVX2, 22 at SSE4)."""
+    from tunesearch.onnx.conv import FEW_CHANNELS_VECTORS
+    return 6 if which == "few" else FEW_CHANNELS_VECTORS * _lanes() + 6
+
+
+@pytest.mark.parametrize("k,groups,dilation,channels", [
+    (3, 1, 1, "few"), (3, 2, 2, "few"), (5, 1, 1, "few"), (3, 1, 1, "many")])
+def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, dilation, channels):
     """Output rows of at least DIRECT_ROW_VECTORS vectors (FEW_CHANNELS_ROW_VECTORS with at
     most FEW_CHANNELS_VECTORS vectors of output channels), plus a partial one: one reduce over channel x kernel
     reading the padded input in place, no im2col copy."""
-    width = _row_columns(cout // groups) + 3
+    # past the threshold by half a vector (a few-channel row must end in whole half vectors)
+    cout = _channels(channels)
+    width = _row_columns(cout // groups) + max(1, _lanes() // 2)
     proto = _conv_model(4, cout, k, width, groups, dilation)
     model = tox.load(proto, device="cpu")
     feeds = model.random_inputs(3)
@@ -78,8 +91,23 @@ def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, di
     assert len(kernels) == 2, [kernel.name for kernel in kernels]
 
 
-@pytest.mark.parametrize("cout", [6, 70])
-def test_rows_of_fewer_vectors_go_through_an_im2col_copy(cout):
+def test_few_channel_rows_with_an_odd_tail_go_through_an_im2col_copy():
+    """Three vectors and an odd part of one (55 columns at AVX-512): the tail block would run
+    its columns one at a time, so the copy and matmul."""
+    lanes = _lanes()
+    width = _row_columns(6) + max(1, lanes // 2) - 1
+    proto = _conv_model(4, 6, 3, width)
+    model = tox.load(proto, device="cpu")
+    feeds = model.random_inputs(5)
+    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
+                               rtol=1e-4, atol=1e-4)
+    conv = next(item.kernel for item in model.schedule() if item.kernel.n_reduce)
+    assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (3 * width, 4 * 9)
+
+
+@pytest.mark.parametrize("channels", ["few", "many"])
+def test_rows_of_fewer_vectors_go_through_an_im2col_copy(channels):
+    cout = _channels(channels)
     width = _row_columns(cout) - 1
     proto = _conv_model(4, cout, 3, width)
     model = tox.load(proto, device="cpu")

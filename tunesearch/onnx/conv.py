@@ -107,8 +107,8 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
 
 
 # a convolution reads its windows in place where an output row spans at least this many vectors,
-# or at least FEW_CHANNELS_ROW_VECTORS where it has at most FEW_CHANNELS_VECTORS vectors of
-# output channels
+# or at least FEW_CHANNELS_ROW_VECTORS, ending in whole half vectors, where it has at most
+# FEW_CHANNELS_VECTORS vectors of output channels
 DIRECT_ROW_VECTORS = 4
 FEW_CHANNELS_ROW_VECTORS = 3
 FEW_CHANNELS_VECTORS = 4
@@ -126,16 +126,20 @@ def _direct(ctx, x: Tensor, cig: int, rc: int, outs: list[int], strides) -> bool
     it (2 / channels bytes written a flop), so with at most FEW_CHANNELS_VECTORS vectors of
     output channels rows of FEW_CHANNELS_ROW_VECTORS vectors read in place too: over 56
     columns at AVX-512 (3.5 vectors) 32 channels ran 1.2x faster so, 64 channels 1.16x, 128
-    channels 1.0x; over 28 columns at AVX2 32 channels 1.13x, 64 channels 0.97x."""
+    channels 1.0x; over 28 columns at AVX2 32 channels 1.13x, 64 channels 0.97x. Such a row
+    must end in whole half vectors: its tail block then runs as one narrower vector, where an
+    odd tail runs column by column (over 55 columns at AVX-512 64 channels ran 1.17x slower in
+    place, over 27 at AVX2 32 channels 1.28x)."""
     if cig == 1 or len(outs) != 2 or any(s != 1 for s in strides):
         return False
     target = get_device(ctx.device).info().target
     if target.family != "cpu":
         return False
     lanes = target.lanes(x.dtype.itemsize)
-    vectors = DIRECT_ROW_VECTORS if rc > FEW_CHANNELS_VECTORS * lanes \
-        else FEW_CHANNELS_ROW_VECTORS
-    return outs[-1] >= vectors * lanes
+    if outs[-1] >= DIRECT_ROW_VECTORS * lanes:
+        return True
+    return rc <= FEW_CHANNELS_VECTORS * lanes and outs[-1] >= FEW_CHANNELS_ROW_VECTORS * lanes \
+        and outs[-1] % max(1, lanes // 2) == 0
 
 
 def _channels_on_lanes(channels: int, positions: int) -> bool:
