@@ -91,28 +91,25 @@ def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, di
     assert len(kernels) == 2, [kernel.name for kernel in kernels]
 
 
-def test_few_channel_rows_with_an_odd_tail_go_through_an_im2col_copy():
-    """Three vectors and an odd part of one (55 columns at AVX-512): the tail block would run
-    its columns one at a time, so the copy and matmul."""
-    lanes = _lanes()
-    width = _row_columns(6) + max(1, lanes // 2) - 1
-    proto = _conv_model(4, 6, 3, width)
+def _runs_through_an_im2col_copy(cout: int, width: int, seed: int) -> None:
+    """A 3x3 convolution of 4 channels into cout over rows of width columns matches
+    onnxruntime and runs as one im2col copy and a matmul over [positions, channel x kernel]."""
+    proto = _conv_model(4, cout, 3, width)
     model = tox.load(proto, device="cpu")
-    feeds = model.random_inputs(5)
+    feeds = model.random_inputs(seed)
     np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
                                rtol=1e-4, atol=1e-4)
     conv = next(item.kernel for item in model.schedule() if item.kernel.n_reduce)
     assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (3 * width, 4 * 9)
+
+
+def test_few_channel_rows_with_an_odd_tail_go_through_an_im2col_copy():
+    """Three vectors and an odd part of one (55 columns at AVX-512): the tail block would run
+    its columns one at a time, so the copy and matmul."""
+    _runs_through_an_im2col_copy(6, _row_columns(6) + max(1, _lanes() // 2) - 1, seed=5)
 
 
 @pytest.mark.parametrize("channels", ["few", "many"])
 def test_rows_of_fewer_vectors_go_through_an_im2col_copy(channels):
     cout = _channels(channels)
-    width = _row_columns(cout) - 1
-    proto = _conv_model(4, cout, 3, width)
-    model = tox.load(proto, device="cpu")
-    feeds = model.random_inputs(4)
-    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
-                               rtol=1e-4, atol=1e-4)
-    conv = next(item.kernel for item in model.schedule() if item.kernel.n_reduce)
-    assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (3 * width, 4 * 9)
+    _runs_through_an_im2col_copy(cout, _row_columns(cout) - 1, seed=4)
