@@ -39,7 +39,7 @@ def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
         # too few outer blocks to share evenly, or one (a convolution's row of 48 columns in
         # one block, read in place): share the first two loops
         parallel = 2
-        if kernel.domain[order[0]] % layout["upcast"][order[0]] and _reads_windows(kernel):
+        if kernel.domain[order[0]] % layout["upcast"][order[0]] and reads_windows(kernel):
             # a convolution's row read in place in blocks that end in a tail (56 columns: 48
             # and 8): shared as they come, one thread takes the whole blocks and another the
             # tails, so the loop of many blocks goes outside (2 threads: 1.6x faster). Not a
@@ -83,7 +83,7 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                 sizes=(domain[row], domain[col]),
                 row_choices=upcast_choices(row),
                 column_choices=upcast_choices(col), reduce=reduce_size,
-                tail_vectors=_reads_windows(kernel))
+                tail_vectors=reads_windows(kernel))
             upcast[row] = min(block.rows, domain[row])
             upcast[col] = min(block.columns, domain[col])
             packs = packable(kernel)
@@ -194,7 +194,7 @@ def _rows_across_lines(view, row: int, col: int, reduce_axes: list[int]) -> bool
         strides[reduce_axes[-1]] not in (0, 1)
 
 
-def _reads_windows(kernel: Kernel) -> bool:
+def reads_windows(kernel: Kernel) -> bool:
     """Whether a matmul-like reduce reads a convolution's windows in place: a reduce axis of its
     column operand runs along the columns (the kernel's width). The default reads such an
     operand as it is (no panel padded to whole blocks), so a tail block runs only the vectors

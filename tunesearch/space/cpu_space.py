@@ -74,6 +74,10 @@ class CPUSpace(Space):
     def _max_unrolled(self) -> int:
         return UNROLLED_PER_ACCUMULATOR * self._max_accumulators
 
+    @cached_property
+    def _reads_windows(self) -> bool:
+        return cpu_default.reads_windows(self.kernel)
+
     def _last_upcasts(self) -> tuple[int, ...]:
         """Blocks of the vector lane axis: powers of two, and one to six whole vectors."""
         lanes = self.target.lanes(self.kernel.buffers[0].dtype.itemsize)
@@ -158,7 +162,7 @@ class CPUSpace(Space):
 
         def spills() -> bool:
             vectors = -(-upcast[col] // lanes)
-            return cpu_model.registers_needed(upcast[row], vectors) > \
+            return cpu_model.registers_needed(upcast[row], vectors, self._reads_windows) > \
                 self.target.vector_registers
         while spills():
             a = row if upcast[row] > 1 and (upcast[row] >= -(-upcast[col] // lanes)
