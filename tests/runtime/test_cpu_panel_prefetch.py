@@ -1,6 +1,7 @@
 """A whole packed panel that the block loop walks through, one block's slice after another (A's
 rows under the column blocks), is fetched ahead in each block's reduce; a panel filled block
-by block just before its row blocks (B's column sliver) is not. Each result against numpy,
+by block just before its row blocks (B's column sliver) is not, nor a weight's panel packed
+when the plan was built. Each result against numpy,
 with the panel's last slice fetching past its end (a prefetch never faults)."""
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 from tunesearch.runtime.device import get_device
-from tunesearch.runtime.render.c import PREFETCH_AHEAD
+from tunesearch.runtime.render.c import PREFETCH_AHEAD, render_c
 from tunesearch.space.spaces import space_for
 
 DEVICE = get_device("cpu")
@@ -55,3 +56,14 @@ def test_an_unpacked_matmul_fetches_nothing_ahead():
     space = space_for(item.kernel, DEVICE.info().target)
     program = DEVICE.build(item.kernel, space.default().replace(pack=()))
     assert _prefetched(program.source.text) == set()
+
+
+def test_a_panel_packed_at_plan_build_is_not_fetched_ahead():
+    a = np.ones((67, 300), np.float32)
+    item = create_schedule([(Tensor(a) @ Tensor(a.T.copy())).node])[-1]
+    space = space_for(item.kernel, DEVICE.info().target)
+    lanes = DEVICE.info().target.lanes(4)
+    config = space.default().replace(upcast=(4, lanes), order=(1, 0), pack=(1, 2), ktile=0,
+                                     threads=1, parallel=0)
+    assert _prefetched(render_c(item.kernel, config)) == {1}
+    assert _prefetched(render_c(item.kernel, config, prepacked=frozenset({1}))) == set()

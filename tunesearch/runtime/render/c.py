@@ -92,7 +92,7 @@ NO_LIBCALLS = '#pragma GCC optimize ("no-tree-loop-distribute-patterns")'
 # every column block): 6.5 -> 5.6 ms on two threads, what A read in place takes; matmul 1024
 # and 1000 at AVX2 and AVX-512 5-14%. The fetch goes to L2, not L1 (prefetcht1): into L1 it
 # crowded out the column sliver where the panel stays in L2 (resnet50's 196x256x2304: 7%
-# slower), into L2 it costs nothing there.
+# slower), into L2 it costs nothing there. Only panels packed in the call (see walked).
 PREFETCH_AHEAD = 2048
 
 
@@ -173,9 +173,12 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         return blocks, red, lanes
 
     # the whole panels the block loop walks through, a block's slice at a time (A's rows under
-    # the column blocks): each block's reduce fetches its slice ahead (PREFETCH_AHEAD)
-    walked = [i for i, p in packs.items()
-              if i not in streamed and order and order[0] not in p.axes and p.axes]
+    # the column blocks): each block's reduce fetches its slice ahead (PREFETCH_AHEAD). Only a
+    # panel packed in the call, just written and in L2 or L3: a weight's panel packed when the
+    # plan was built measured slower so (vgg19's 9 MiB 512x4608 one, from memory in every
+    # call: 7-9% on two threads)
+    walked = [i for i, p in packs.items() if i not in streamed and i not in prepacked
+              and order and order[0] not in p.axes and p.axes]
 
     def load(node: KNode) -> str:
         index, view = node.arg
