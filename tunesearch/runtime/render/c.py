@@ -88,11 +88,12 @@ NO_LIBCALLS = '#pragma GCC optimize ("no-tree-loop-distribute-patterns")'
 # number of lines ahead, which for the one packed stream, consumed rows times faster, is rows
 # times less time than the latency of the L3 or memory it comes from. 2 KiB is 32 lines: at a
 # block's rate (itemsize x fma_units / vectors bytes a cycle, 2.7 for AVX2's 4x24) some 750
-# cycles, a memory latency. A 257x4099x511 matmul at AVX2 (A's 4 MiB packed, read again by
-# every column block): 6.5 -> 5.6 ms on two threads, what A read in place takes; matmul 1024
-# and 1000 at AVX2 and AVX-512 5-14%. The fetch goes to L2, not L1 (prefetcht1): into L1 it
-# crowded out the column sliver where the panel stays in L2 (resnet50's 196x256x2304: 7%
-# slower), into L2 it costs nothing there. Only panels packed in the call (see walked).
+# cycles, a memory latency. A matmul of 257 rows, a 4099-deep reduce and 511 columns at AVX2
+# (A's 4 MiB packed, read again by every column block): 6.5 -> 5.6 ms on two threads, what A
+# read in place takes; matmul 1024 and 1000 at AVX2 and AVX-512 5-14%. The fetch goes to L2,
+# not L1 (prefetcht1): into L1 it crowded out the column sliver where the panel stays in L2
+# (resnet50's 196x256x2304: 7% slower), into L2 it costs nothing there. Only panels packed in
+# the call (see walked).
 PREFETCH_AHEAD = 2048
 
 
