@@ -329,7 +329,8 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     # ---- the tails and the masked blocks, out of line: inlined beside the full block or in
     # the loop nest they spoil its vectorization
     pack_args = "".join(f", pk{i}" for i in packs) + (", k0, kn, first, last, part" if tiled else "")
-    shifted = shifted_tails(kernel, upcast, order[:parallel], vector_bytes)
+    shifted = shifted_tails(kernel, upcast, order[:parallel], vector_bytes, tiled,
+                            frozenset(a for p in packs.values() for a in p.axes))
     dispatch, tails = tail_dispatch(kernel, upcast, pack_args, name, inside_masks, shifted)
     for call, tail in tails:
         lines += [f"static __attribute__((noinline)) void {tail}({_params(kernel, d)}{origins}"
