@@ -1,7 +1,7 @@
 """Masked reads (a padded copy, a concatenation, a neighbour channel off the edge) and the tails
 of elementwise kernels, as the CPU renders them: every block of a padded copy vectorizes (the
 compiler's own report), a read masked on an axis other than the lanes is clamped into the
-buffer and read unconditionally, an elementwise tail runs shifted back in whole half vectors. Each
+buffer and read unconditionally, an elementwise tail runs shifted back in whole vectors. Each
 against numpy, on one and two threads, with blocks that cross the edges."""
 from __future__ import annotations
 
@@ -119,9 +119,9 @@ def test_a_read_masked_on_the_channels_is_unconditional_and_inside_the_buffer(th
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_an_elementwise_tail_runs_shifted_back_in_whole_half_vectors(threads):
-    """55 columns in blocks of 32: the tail's 23 columns run as 24 (whole half vectors at 16,
-    8 or 4 lanes), columns 31..54, column 31 computed twice (and equal)."""
+def test_an_elementwise_tail_runs_shifted_back_in_whole_vectors(threads):
+    """55 columns in blocks of 32: the tail's 23 columns run as 24, columns 31..54, column 31
+    computed twice (and equal)."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((6, 55)).astype(np.float32)
     y = (Tensor(x) * 0.5).exp() + 1.0

@@ -1,7 +1,7 @@
 """How a CPU kernel's entry point calls its block function: with constant bounds for a whole
 block, through an unmasked copy for a block inside every mask and a masked one for the others,
 and through a function of its own for each combination of the axes' tails (or, for the lanes,
-whole half vectors shifted back to end at the axis's end)."""
+a few whole vectors shifted back to end at the axis's end)."""
 from __future__ import annotations
 
 import itertools
@@ -13,38 +13,69 @@ def _buffer_args(kernel: Kernel) -> str:
     return ", ".join(f"data{i}" for i in range(len(kernel.buffers)))
 
 
+# the narrowest vector register a tail's lanes run in (SSE's and NEON's, AVX's xmm)
+MIN_VECTOR_BYTES = 16
+
+
+def vector_pieces(lanes: int, vector: int, narrowest: int) -> int:
+    """The instructions a row of `lanes` elements takes per step: whole vectors, then one of
+    each narrower width down to `narrowest` elements that fits in what is left (the compiler
+    finishes a loop so), then one per element."""
+    pieces, rest, width = lanes // vector, lanes % vector, vector // 2
+    while width >= narrowest:
+        if rest >= width:
+            pieces, rest = pieces + 1, rest - width
+        width //= 2
+    return pieces + rest
+
+
 def shifted_tails(kernel: Kernel, upcast: tuple[int, ...], parallel_axes: tuple[int, ...],
                   vector_bytes: int, tiled: bool = False,
                   packed_axes: frozenset[int] = frozenset()) -> dict[int, int]:
-    """The axes whose tail runs shifted back to end at the axis's end, each with the width
-    it runs at then: the last axis (the lanes), where its tail is not whole half vectors (a
-    half vector runs as one narrower register), rounded up to them, at most a whole block.
-    Each output element is a pure function of the inputs, so those computed twice come out
-    the same; left a tail, the compiler finishes it one element at a time: where an
-    elementwise expression holds an exp or a log those few elements cost as much as the rest
-    of the row (a local response normalization over 55 columns in blocks of 32 ran 2.2x
-    faster shifted), and a reduce runs its whole window for each of them (a 3x3 convolution
-    read in place over 55 columns in blocks of 16 at AVX2: 0.78 -> 0.55 ms). Not an axis
-    split over the threads: two threads would write the same elements. Not for a reduce in k
-    tiles, whose blocks add to partial sums kept between tiles (a block shifted over another
-    would add its share twice), along an axis a panel is blocked on (its blocks are found
-    from the origin), or read with a stride along the lanes: the compiler finishes a strided
-    read's last vector one element at a time whatever its width (the vector would read past
-    the last element; a 3x3 max pool of stride 2 over 55 columns in blocks of 32 at AVX2 ran
-    19% slower shifted)."""
+    """The axes whose tail runs shifted back to end at the axis's end, each with the width it
+    runs at then: the last axis (the lanes), its tail rounded up to the narrowest width that
+    takes the fewest instructions per step (at most a whole block), where that is fewer than
+    the tail as it is, which the compiler runs in whole vectors, then narrower ones, then one
+    element at a time (a tail of 7 floats at AVX2 or AVX-512: one 8-float vector against four
+    instructions; 23 at AVX-512: 24, a vector and a half, against five). A tail of 4 at
+    AVX-512 is one narrower vector already (shifted to 8 it measured 4-6% slower); 23 shifted
+    to a whole 32 ran 11-15% slower than to 24 (an elementwise kernel over 55 columns), 7
+    shifted to 16 4-9% slower than to 8 (a convolution). Each output element is a pure
+    function of the inputs, so those computed twice come out the same: where an elementwise
+    expression holds an exp or a log the elements run one at a time cost as much as the rest
+    of the row (a local response normalization over 55 columns in blocks of 32 ran 2.2x faster
+    shifted), and a reduce runs its whole window for each of them (a 3x3 convolution read in
+    place over 55 columns in blocks of 16 at AVX2: 0.78 -> 0.55 ms shifted; 1x1 convolutions
+    over 13x13 positions at AVX-512 8-16% faster). Not an axis split over the threads: two
+    threads would write the same elements (storing only the lanes past the block before's
+    instead measured no faster: GCC copies such a run out through memory). Not for a reduce in
+    k tiles, whose blocks add to partial sums kept between tiles (a block shifted over another
+    would add its share twice), along an axis a panel is blocked on (its blocks are found from
+    the origin; its tail runs whole over the zero padding anyway), or read with a stride along
+    the lanes: the compiler finishes a strided read's last vector one element at a time
+    whatever its width (the vector would read past the last element; a 3x3 max pool of stride
+    2 over 55 columns in blocks of 32 at AVX2 ran 19% slower shifted)."""
     last = kernel.n_out - 1
     if last < 0 or last in parallel_axes or any(n.arg[0] == 0 for n in kernel.loads()):
         return {}
-    if kernel.reduce is not None and (tiled or last in packed_axes
-                                      or any(n.arg[1].strides[last] not in (0, 1)
-                                             for n in kernel.loads())):
+    if kernel.reduce is not None and (tiled or last in packed_axes or any(
+            n.arg[1].strides[last] not in (0, 1) for n in kernel.loads())):
         return {}
     size, block = kernel.domain[last], upcast[last]
-    half = max(1, vector_bytes // kernel.buffers[0].dtype.itemsize // 2)
+    itemsize = kernel.buffers[0].dtype.itemsize
+    vector = max(1, vector_bytes // itemsize)
+    narrowest = max(1, MIN_VECTOR_BYTES // itemsize)
     tail = size % block
-    if size <= block or not tail % half:
+    if size <= block or not tail:
         return {}
-    return {last: min(block, -(-tail // half) * half)}
+    # the narrowest width of the fewest pieces, from the tail up to whole vectors
+    widths = range(-(-tail // narrowest) * narrowest,
+                   min(block, -(-tail // vector) * vector) + 1, narrowest)
+    best = min(widths, key=lambda w: (vector_pieces(w, vector, narrowest), w), default=None)
+    if best is None or vector_pieces(best, vector, narrowest) >= \
+            vector_pieces(tail, vector, narrowest):
+        return {}
+    return {last: best}
 
 
 def block_args(kernel: Kernel, bounds, origins: dict[int, int] | None = None) -> str:
@@ -61,7 +92,7 @@ def tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
     function for the axes' tails; also the functions called out of line, as (their call of
     block(), function name). Where views are masked (inside_masks), a full block inside every
     mask runs the unmasked copy and the others a masked one. The tail of an axis in shifted
-    runs as that many elements (whole half vectors) shifted back to end at the axis's end,
+    runs as that many elements shifted back to end at the axis's end,
     computing some elements twice."""
     shifted = shifted or {}
     n_out, domain = kernel.n_out, kernel.domain
