@@ -2,12 +2,13 @@
 ISA level, k tiles from L1, and a search that starts from the default's neighbourhood."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 
 from tests.catalogue import catalogue
-from tunesearch.space import cpu_model
+from tunesearch.space import cpu_default, cpu_model
 from tunesearch.space.kernel_shape import gemm_axes
 from tunesearch.space.spaces import space_for
 from tunesearch.space.target import Cache, Target
@@ -364,6 +365,25 @@ def test_an_outer_loop_of_one_block_shares_the_next_over_the_threads():
     order, upcast = config.get("order"), config.get("upcast")
     assert -(-kernel.domain[order[0]] // upcast[order[0]]) == 1
     assert config.get("parallel") == 2 and config.get("threads") == 2
+
+
+def test_outer_blocks_that_share_unevenly_share_the_next_loop_too():
+    """A 1x1 convolution over 28x28 positions (resnet50's 128 channels, a 512-deep reduce) in
+    48-column blocks: 17 column blocks give one thread 9 and the other 8, so the threads share
+    the column and row loops collapsed; over 768 positions (16 blocks) the column loop alone."""
+    import numpy as np
+    from tunesearch import Tensor
+    # a Sapphire Rapids core's caches: B's slivers stay in L2, read in place
+    target = dataclasses.replace(LEVELS["avx512"], fork_join_s=1e-6, l1d=Cache(48 << 10, 12),
+                                 l2=Cache(2 << 20, 16), l3=Cache(105 << 20, 15, shared_by=56))
+    for positions, parallel in ((784, 2), (768, 1)):
+        w, x = np.zeros((128, 512), np.float32), np.zeros((512, positions), np.float32)
+        config = space_for(_last_kernel(Tensor(w) @ Tensor(x)), target).default()
+        order, upcast = config.get("order"), config.get("upcast")
+        assert (order[0], upcast[order[0]], config.get("pack")) == (1, 48, ()), config
+        assert config.get("parallel") == parallel and config.get("threads") == 2, config
+    assert not cpu_default.uneven_share(16, 2) and cpu_default.uneven_share(17, 2)
+    assert not cpu_default.uneven_share(33, 2) and not cpu_default.uneven_share(17, 1)
 
 
 @pytest.mark.parametrize("level", ["avx512", "avx2"])
