@@ -105,8 +105,8 @@ def _runs_through_an_im2col_copy(cout: int, width: int, seed: int) -> None:
 
 def test_few_channel_rows_with_an_odd_tail_read_the_windows_in_place():
     """Three vectors and an odd part of one (55 columns at AVX-512): the tail block runs as
-    whole half vectors shifted back (render/block_calls.py), so the windows are read in place
-    as for a row that ends in whole half vectors."""
+    whole vectors shifted back (render/block_calls.py shifted_tails), so the windows are read
+    in place as for a row that ends in whole half vectors."""
     width = _row_columns(6) + max(1, _lanes() // 2) - 1
     proto = _conv_model(4, 6, 3, width)
     model = tox.load(proto, device="cpu")

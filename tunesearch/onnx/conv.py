@@ -115,21 +115,21 @@ FEW_CHANNELS_VECTORS = 4
 
 
 def _direct(ctx, x: Tensor, cig: int, rc: int, outs: list[int], strides) -> bool:
-    """Whether a 2-d convolution runs as one reduce over the windows read in place (no im2col
-    copy): on a CPU, with stride 1 (a row of windows is a contiguous run of the padded input,
-    the vector lanes), where an output row spans at least DIRECT_ROW_VECTORS vectors. The
-    register block is then a few output channels by whole vectors of a row, a tail block
-    taking the rest in whole half vectors, shifted back where the row does not end in them
+    """Whether a 2-d convolution runs as one reduce over the windows read in place (no
+    im2col copy): on a CPU, with stride 1 (a row of windows is a contiguous run of the
+    padded input, the vector lanes), where an output row spans at least DIRECT_ROW_VECTORS
+    vectors. The register block is then a few output channels by whole vectors of a row, a
+    tail block taking the rest, an odd rest shifted back to whole vectors
     (render/block_calls.py shifted_tails). Shorter rows leave the lanes part empty and the
-    blocks small: a 3x3 convolution over 112 columns ran 2x faster so than its im2col copy and
-    matmul (AVX-512), over 56 columns 1.3-1.7x (AVX2), but over 28 columns 0.9x (AVX2, 128
-    output channels). The copy costs its bytes over fewer flops the fewer output channels share
-    it (2 / channels bytes written a flop), so with at most FEW_CHANNELS_VECTORS vectors of
-    output channels rows of FEW_CHANNELS_ROW_VECTORS vectors read in place too: over 56
-    columns at AVX-512 (3.5 vectors) 32 channels ran 1.2x faster so, 64 channels 1.16x, 128
-    channels 1.0x; over 28 columns at AVX2 32 channels 1.13x, 64 channels 0.97x; over 55
-    columns at AVX-512 (squeezenet's 64 channels, the tail shifted) the same, to 3% faster on
-    two threads."""
+    blocks small: a 3x3 convolution over 112 columns ran 2x faster so than its im2col copy
+    and matmul (AVX-512), over 56 columns 1.3-1.7x (AVX2), but over 28 columns 0.9x (AVX2,
+    128 output channels). The copy costs its bytes over fewer flops the fewer output
+    channels share it (2 / channels bytes written a flop), so with at most
+    FEW_CHANNELS_VECTORS vectors of output channels rows of FEW_CHANNELS_ROW_VECTORS vectors
+    read in place too: over 56 columns at AVX-512 (3.5 vectors) 32 channels ran 1.2x faster
+    so, 64 channels 1.16x, 128 channels 1.0x; over 28 columns at AVX2 32 channels 1.13x, 64
+    channels 0.97x; over 55 columns at AVX-512 (squeezenet's 64 channels, the tail shifted)
+    the same, to 3% faster on two threads."""
     if cig == 1 or len(outs) != 2 or any(s != 1 for s in strides):
         return False
     target = get_device(ctx.device).info().target

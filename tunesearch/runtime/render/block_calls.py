@@ -92,8 +92,8 @@ def tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
     function for the axes' tails; also the functions called out of line, as (their call of
     block(), function name). Where views are masked (inside_masks), a full block inside every
     mask runs the unmasked copy and the others a masked one. The tail of an axis in shifted
-    runs as that many elements shifted back to end at the axis's end,
-    computing some elements twice."""
+    runs as that many elements shifted back to end at the axis's end, computing some elements
+    twice."""
     shifted = shifted or {}
     n_out, domain = kernel.n_out, kernel.domain
     axes_with_tail = [a for a in range(n_out) if domain[a] % upcast[a]]
