@@ -91,9 +91,12 @@ class CPUDevice(Device):
     @functools.cache
     def _fork_join_seconds(self) -> float:
         """What a parallel loop costs to start and end here and now: the best of a few
-        measurements, rounded up to a power of two microseconds, so a quiet machine gives the
-        same figure every time. On a loaded machine threads wake late and the figure grows, so
-        fewer kernels are worth sharing out: that is the point of measuring it."""
+        measurements, rounded to the nearest power of two microseconds (in log scale), so a
+        machine gives the same figure every time. Rounded up instead, a quiet Xeon's best of
+        0.77-1.01 us came out as 1 or 2 us from one process to the next, which flipped a
+        kernel of the transformer block onto one thread and its plan on two threads from 0.28
+        ms to 0.30-0.38. On a loaded machine threads wake late and the figure grows, so fewer
+        kernels are worth sharing out: that is the point of measuring it."""
         if self.threads <= 1:
             return 0.0
         try:
@@ -105,7 +108,7 @@ class CPUDevice(Device):
         lib.fork_join.argtypes = [ctypes.c_int, ctypes.c_int]
         lib.fork_join(self.threads, 20)  # the threads start
         best = min(lib.fork_join(self.threads, 40) for _ in range(5))
-        return 2.0 ** math.ceil(math.log2(max(best, 1e-6) * 1e6)) * 1e-6
+        return 2.0 ** round(math.log2(max(best, 1e-6) * 1e6)) * 1e-6
 
     def alloc(self, size: int, dtype: DType) -> Buffer:
         array = aligned_empty(max(size, 1), dtype.np)
