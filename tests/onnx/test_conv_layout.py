@@ -25,11 +25,7 @@ def test_channels_on_lanes_match_onnxruntime(k, groups, cout):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, size, size])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    model = tox.load(proto, device="cpu")
-    feeds = model.random_inputs(2)
-    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
-                               rtol=1e-4, atol=1e-4)
-    matmul = next(item.kernel for item in model.schedule() if item.kernel.n_reduce)
+    matmul = next(kernel for kernel in _kernels_matching_onnxruntime(proto, 2) if kernel.n_reduce)
     # the reduce's output axes end in (positions, channels): the channels are the lanes
     assert matmul.domain[matmul.n_out - 2:matmul.n_out] == (size * size, cout // groups)
 
@@ -63,6 +59,15 @@ def _row_columns(channels: int) -> int:
             else FEW_CHANNELS_ROW_VECTORS) * lanes
 
 
+def _kernels_matching_onnxruntime(proto, seed: int) -> list:
+    """The model's kernels, once its output on random inputs matches onnxruntime's."""
+    model = tox.load(proto, device="cpu")
+    feeds = model.random_inputs(seed)
+    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
+                               rtol=1e-4, atol=1e-4)
+    return [item.kernel for item in model.schedule()]
+
+
 def _channels(which: str) -> int:
     """A few output channels, or more than FEW_CHANNELS_VECTORS vectors of them (70 at
     AVX-512, 38 at AVX2, 22 at SSE4)."""
@@ -79,12 +84,7 @@ def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, di
     # past the threshold by half a vector
     cout = _channels(channels)
     width = _row_columns(cout // groups) + max(1, _lanes() // 2)
-    proto = _conv_model(4, cout, k, width, groups, dilation)
-    model = tox.load(proto, device="cpu")
-    feeds = model.random_inputs(3)
-    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
-                               rtol=1e-4, atol=1e-4)
-    kernels = [item.kernel for item in model.schedule()]
+    kernels = _kernels_matching_onnxruntime(_conv_model(4, cout, k, width, groups, dilation), 3)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 3 and conv.domain[conv.n_out - 2:] == (3, width, 4 // groups, k, k)
     # the padded input, then the convolution: nothing the size of the windows is written
@@ -94,12 +94,8 @@ def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, di
 def _runs_through_an_im2col_copy(cout: int, width: int, seed: int) -> None:
     """A 3x3 convolution of 4 channels into cout over rows of width columns matches
     onnxruntime and runs as one im2col copy and a matmul over [positions, channel x kernel]."""
-    proto = _conv_model(4, cout, 3, width)
-    model = tox.load(proto, device="cpu")
-    feeds = model.random_inputs(seed)
-    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
-                               rtol=1e-4, atol=1e-4)
-    conv = next(item.kernel for item in model.schedule() if item.kernel.n_reduce)
+    kernels = _kernels_matching_onnxruntime(_conv_model(4, cout, 3, width), seed)
+    conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (3 * width, 4 * 9)
 
 
@@ -108,12 +104,7 @@ def test_few_channel_rows_with_an_odd_tail_read_the_windows_in_place():
     whole vectors shifted back (render/block_calls.py shifted_tails), so the windows are read
     in place as for a row that ends in whole half vectors."""
     width = _row_columns(6) + max(1, _lanes() // 2) - 1
-    proto = _conv_model(4, 6, 3, width)
-    model = tox.load(proto, device="cpu")
-    feeds = model.random_inputs(5)
-    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
-                               rtol=1e-4, atol=1e-4)
-    kernels = [item.kernel for item in model.schedule()]
+    kernels = _kernels_matching_onnxruntime(_conv_model(4, 6, 3, width), 5)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 3 and conv.domain[conv.n_out - 1] == width
     assert len(kernels) == 2, [kernel.name for kernel in kernels]

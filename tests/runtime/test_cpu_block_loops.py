@@ -5,19 +5,18 @@ axis longer than the whole-unroll limit (96 lanes) keep GCC's library calls, whi
 accumulators apart into registers. Each against numpy, on one and two threads."""
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
+from tests.runtime.cpu_items import cpu_config, run_item
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 from tunesearch.runtime.cpu import compiler
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.render.c import NO_LIBCALLS
-from tunesearch.space.spaces import space_for
 
 DEVICE = get_device("cpu")
 
@@ -29,18 +28,12 @@ pytestmark = pytest.mark.skipif(
 
 
 def _build(item, threads: int, **knobs):
-    kernel = item.kernel
-    space = space_for(kernel, dataclasses.replace(DEVICE.info().target, threads=threads))
-    config = space.default().replace(threads=threads, parallel=1 if threads > 1 else 0, **knobs)
-    assert space.validate(config) is None, space.validate(config)
-    program = DEVICE.build(kernel, config)
-    out = DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
-    program([out] + [node.realized for node in item.inputs])
+    got, program = run_item(item, cpu_config(item.kernel, threads, **knobs))
     library = DEVICE.compile(program.source).decode()
     listing = subprocess.run(["nm", "-D", "--undefined-only", library], capture_output=True,
                              text=True, check=True).stdout
     imported = {line.split()[-1].split("@")[0] for line in listing.splitlines() if line.strip()}
-    return DEVICE.copyout(out).reshape(kernel.out_shape), program.source.text, imported
+    return got, program.source.text, imported
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -5,36 +5,24 @@ buffer and read unconditionally, an elementwise tail runs shifted back in whole 
 against numpy, on one and two threads, with blocks that cross the edges."""
 from __future__ import annotations
 
-import dataclasses
 import re
 import subprocess
 
 import numpy as np
 import pytest
 
+from tests.runtime.cpu_items import cpu_config, run_item
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 from tunesearch.runtime.cpu import compiler
 from tunesearch.runtime.device import get_device
-from tunesearch.space.spaces import space_for
 
 DEVICE = get_device("cpu")
 
 
 def _run(item, config):
-    kernel = item.kernel
-    program = DEVICE.build(kernel, config)
-    out = DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
-    program([out] + [node.realized for node in item.inputs])
-    return DEVICE.copyout(out).reshape(kernel.out_shape), program.source.text
-
-
-def _config(kernel, threads: int, **knobs):
-    space = space_for(kernel, dataclasses.replace(DEVICE.info().target, threads=threads))
-    config = space.default().replace(threads=threads, parallel=1 if threads > 1 else 0,
-                                     **knobs)
-    assert space.validate(config) is None, space.validate(config)
-    return config
+    out, program = run_item(item, config)
+    return out, program.source.text
 
 
 def _padded_copy(rng):
@@ -53,7 +41,7 @@ def test_a_padded_copy_is_right_and_every_block_vectorizes(threads):
     item, want = _padded_copy(np.random.default_rng(1))
     kernel = item.kernel
     assert kernel.domain == (1, 8, 8, 22)
-    config = _config(kernel, threads, upcast=(1, 1, 1, 16), order=(1, 2, 3, 0))
+    config = cpu_config(kernel, threads, upcast=(1, 1, 1, 16), order=(1, 2, 3, 0))
     got, text = _run(item, config)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # fused multiply-add
     # the row tests keep or zero the value read; only the column (lane) tests guard a load
@@ -88,7 +76,7 @@ def test_a_transposing_padded_copy_gathers_unconditionally(threads):
     item = create_schedule([y.node])[-1]
     kernel = item.kernel
     assert kernel.domain == (1, 24, 16, 16)
-    got, text = _run(item, _config(kernel, threads, upcast=(1, 1, 1, 16), order=(1, 2, 3, 0)))
+    got, text = _run(item, cpu_config(kernel, threads, upcast=(1, 1, 1, 16), order=(1, 2, 3, 0)))
     want = np.pad(np.maximum(x.transpose(2, 0, 1), 0)[None], [(0, 0), (0, 0), (1, 1), (1, 1)])
     np.testing.assert_array_equal(got, want)
     assert "?data1[" not in text and "ts_keep(data1[" in text
@@ -109,7 +97,7 @@ def test_a_read_masked_on_the_channels_is_unconditional_and_inside_the_buffer(th
     item = create_schedule([y.node])[-1]
     kernel = item.kernel
     assert kernel.domain == (1, 6, 5, 13)
-    got, text = _run(item, _config(kernel, threads, upcast=(1, 1, 1, lanes)))
+    got, text = _run(item, cpu_config(kernel, threads, upcast=(1, 1, 1, lanes)))
     up = np.pad(x, [(0, 0), (1, 0), (0, 0), (0, 0)])[:, :6]
     down = np.pad(x, [(0, 0), (0, 1), (0, 0), (0, 0)])[:, 1:]
     np.testing.assert_allclose(got, np.exp((up * up + down * down) * -0.5) * x,
@@ -127,7 +115,7 @@ def test_an_elementwise_tail_runs_shifted_back_in_whole_vectors(threads):
     y = (Tensor(x) * 0.5).exp() + 1.0
     item = create_schedule([y.node])[-1]
     kernel = item.kernel
-    config = _config(kernel, threads, upcast=(1, 32), order=(0, 1))
+    config = cpu_config(kernel, threads, upcast=(1, 32), order=(0, 1))
     got, text = _run(item, config)
     np.testing.assert_allclose(got, np.exp(x * 0.5) + 1, rtol=2e-6)
     tail = text[text.index("_tail1("):]
@@ -138,7 +126,7 @@ def test_a_tail_split_over_the_threads_is_not_shifted():
     """Two threads would write the columns both blocks cover: the tail stays a tail."""
     x = np.random.default_rng(4).standard_normal((3, 55)).astype(np.float32)
     item = create_schedule([((Tensor(x) * 0.5).exp()).node])[-1]
-    config = _config(item.kernel, 2, upcast=(1, 32), order=(1, 0))
+    config = cpu_config(item.kernel, 2, upcast=(1, 32), order=(1, 0))
     got, text = _run(item, config)
     np.testing.assert_allclose(got, np.exp(x * 0.5), rtol=2e-6)
     tail = text[text.index("_tail1("):]

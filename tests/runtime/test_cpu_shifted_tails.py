@@ -5,12 +5,12 @@ elements computed twice come out the same), except in k tiles, along a panel's b
 the lanes are read with a stride, or split over the threads. Each against numpy."""
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import numpy as np
 import pytest
 
+from tests.runtime.cpu_items import cpu_config, run_item
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 from tunesearch.runtime.device import get_device
@@ -20,14 +20,8 @@ DEVICE = get_device("cpu")
 
 
 def _run(item, threads: int = 1, **knobs):
-    kernel = item.kernel
-    space = space_for(kernel, dataclasses.replace(DEVICE.info().target, threads=threads))
-    config = space.default().replace(threads=threads, parallel=1 if threads > 1 else 0, **knobs)
-    assert space.validate(config) is None, space.validate(config)
-    program = DEVICE.build(kernel, config)
-    out = DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
-    program([out] + [node.realized for node in item.inputs])
-    return DEVICE.copyout(out).reshape(kernel.out_shape), program.source.text
+    out, program = run_item(item, cpu_config(item.kernel, threads, **knobs))
+    return out, program.source.text
 
 
 def _last_item(tensor: Tensor):
