@@ -75,3 +75,19 @@ def test_a_plan_packs_its_weights_once():
     assert packing
     assert all("pk2 = data2;" in t and "pk2[" in t for t in packing), packing
     assert not any("scratch(0" in t for t in packing)
+
+
+def test_a_plan_chooses_each_default_knowing_its_weights():
+    """The plan's defaults are those of spaces that know which inputs are weights (a row
+    side's copy costs nothing per call there: space/cpu_default._row_copy_pays)."""
+    import tunesearch.onnx as tox
+    from tunesearch.examples import blocks
+    model = tox.load(blocks.model("odd_mlp"), device="cpu")
+    feeds = model.random_inputs(0)
+    model(feeds)
+    plan = next(iter(model._plans.values()))
+    target = DEVICE.info().target
+    constants = plan.constant_inputs()
+    assert any(constants)
+    for step, weights in zip(plan.steps, constants):
+        assert step.choice.config == space_for(step.kernel, target, weights).default()

@@ -208,6 +208,37 @@ def test_the_default_packs_the_row_side_that_leaves_l2():
     assert not row_side_packed(_last_kernel(Tensor(weight) @ Tensor(im2col)), target)[1]
 
 
+def test_a_row_side_packed_on_every_call_needs_enough_column_blocks_to_read_it():
+    """A row side that is not a weight is copied on every call: packed only where at least
+    PER_CALL_PACK_READS column blocks read the panel. A weight's panel is made once, when a
+    plan is built, so the same rows are packed as a constant whatever the column count.
+    resnet50's 3x3 convolutions over 14x14 maps (196 im2col rows of 2304, read by 4 column
+    blocks of 64 channels at AVX-512, with 2 MiB of L2 the rows leave beside the sliver) and
+    its 1x1 convolutions reading a channels-first input with the positions as rows."""
+    import numpy as np
+    from tunesearch import Tensor
+    target = dataclasses.replace(LEVELS["avx512"], threads=1, l2=Cache(2 << 20, 16, 64, 1))
+    assert cpu_default.PER_CALL_PACK_READS == 8
+
+    def packs(kernel, constants=frozenset()):
+        row, col, b_side = gemm_axes(kernel)
+        config = space_for(kernel, target, constants).default()
+        reads = -(-kernel.domain[col] // config.get("upcast")[col])
+        return reads, [i for i in config.get("pack") if i != b_side]
+
+    for channels, packed in ((256, False), (512, True)):
+        im2col = Tensor(np.zeros((196, 2304), np.float32))
+        kernel = _last_kernel(im2col @ Tensor(np.zeros((2304, channels), np.float32)))
+        reads, rows = packs(kernel)
+        assert (reads >= 8, bool(rows)) == (packed, packed), (channels, reads, rows)
+        assert packs(kernel, frozenset({1}))[1] == [1]  # a weight: packed once, whatever
+        channels_first = Tensor(np.zeros((1024, 49), np.float32)).T  # positions x channels
+        kernel = _last_kernel(channels_first @ Tensor(np.zeros((1024, channels), np.float32)))
+        reads, rows = packs(kernel)
+        assert bool(rows) == packed, (channels, reads, rows)
+        assert packs(kernel, frozenset({1}))[1] == [1]
+
+
 def test_a_short_reduce_with_many_output_rows_writes_them_row_block_by_row_block():
     """A 3x3 convolution of an RGB image (64 channels, a 27-long reduce, 12321 positions):
     BLIS's order would write a line into each of the 64 channel rows per column step, more

@@ -117,7 +117,7 @@ def cmd_tune(args) -> int:
     compared = before_after.measure(model, inputs, args.repeat, store.url)
     kept = before_after.keep_defaults(store, get_device(args.device),
                                       {k.key: k for k in kernels},
-                                      before_after.losers(compared, report.results))
+                                      before_after.losers(compared, report.results), constants)
     if kept:  # the model again, with the defaults kept where the winners lost
         compared = before_after.measure(model, inputs, args.repeat, store.url)
     model(inputs)  # a warm call with the tuned kernels, the one DEBUG and GRAPH=1 show

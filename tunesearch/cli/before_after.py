@@ -115,9 +115,11 @@ def losers(comparison: Comparison, results) -> list:
     return out
 
 
-def keep_defaults(store, device, kernels: dict, results) -> list[str]:
+def keep_defaults(store, device, kernels: dict, results, constants: dict | None = None
+                  ) -> list[str]:
     """Put each result's default config in the database in place of its winner; returns the
-    keys done. `kernels` maps keys to Kernel objects."""
+    keys done. `kernels` maps keys to Kernel objects, `constants` keys to the input buffers
+    that hold weights (Model.constant_inputs)."""
     from tunesearch.db import DeviceRecord, ResultRecord
     from tunesearch.search.tune import kernel_record
     from tunesearch.space.spaces import space_for
@@ -127,7 +129,8 @@ def keep_defaults(store, device, kernels: dict, results) -> list[str]:
         kernel = kernels.get(r.kernel_key)
         if kernel is None or not r.default_time_s:
             continue
-        default = space_for(kernel, info.target).default()
+        default = space_for(kernel, info.target,
+                            (constants or {}).get(r.kernel_key, frozenset())).default()
         if r.config == default:
             continue
         t = r.default_time_s

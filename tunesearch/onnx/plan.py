@@ -69,7 +69,8 @@ class Plan:
         """Choose configs, pack the constant operands a config packs (once, here), compile (in
         parallel), and give every kernel its buffers."""
         device, items = self.device, self.items
-        choices = [self.lookup.choose(item.kernel, device) for item in items]
+        choices = [self.lookup.choose(item.kernel, device, constants)
+                   for item, constants in zip(items, self.constant_inputs())]
         panels = self._prepacked(choices)
         compile_all(device, [(item.kernel, c.config, frozenset(p))
                              for item, c, p in zip(items, choices, panels)])

@@ -54,7 +54,7 @@ class TunedConfigs:
         self._store = None
         self._failed = False           # the database could not be opened: defaults from now on
         self._reads_database = True
-        self._choices: dict[tuple[str, str], Choice] = {}
+        self._choices: dict[tuple[str, str, frozenset[int]], Choice] = {}
 
     @classmethod
     def open(cls, url: str | None, *, on_miss: Optional[MissPolicy] = None) -> TunedConfigs:
@@ -91,13 +91,15 @@ class TunedConfigs:
         where = self._store.where if self._store is not None else self._url or "default"
         return f"TunedConfigs({where if self._reads_database else 'none'})"
 
-    def choose(self, kernel: Kernel, device: Device) -> Choice:
+    def choose(self, kernel: Kernel, device: Device, constants: frozenset[int] = frozenset()
+               ) -> Choice:
         """The config this kernel runs with here: a valid tuned record, else the default (a
-        miss, an invalid record or a database error: a lookup never makes a run fail)."""
-        key = (kernel.key, device.name)
+        miss, an invalid record or a database error: a lookup never makes a run fail).
+        constants: its input buffers that hold weights where it runs (see Space)."""
+        key = (kernel.key, device.name, frozenset(constants))
         if key in self._choices:
             return self._choices[key]
-        space = space_for(kernel, device.info().target)
+        space = space_for(kernel, device.info().target, constants)
         choice = Choice(space.default(), False)
         if self._reads_database and settings.use_db():
             stored = self._stored(kernel, device)

@@ -207,8 +207,9 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
     measurer = measurer or DeviceMeasurer(dev, seed=seed)
     if constants:
         measurer.use_constants(constants)
-    jobs = [_Job(kernel, n, space_for(kernel, info.target)) for kernel, n in
-            unique_kernels(kernels)]
+    jobs = [_Job(kernel, n, space_for(kernel, info.target, (constants or {}).get(kernel.key,
+                                                                                 frozenset())))
+            for kernel, n in unique_kernels(kernels)]
     if store is not None and model:
         from tunesearch.db.leases import WorkItem, register_model
         register_model(store, model, info.key,

@@ -23,12 +23,14 @@ KTILES = (64, 128, 256, 512, 1024)  # the k tiles the knob offers; the model's r
 UpcastChoices = Callable[[int], tuple[int, ...]]
 
 
-def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices) -> Config:
+def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices,
+                   constants: frozenset[int] = frozenset()) -> Config:
     """The default derived from the target model (space/cpu_model.py): register blocks
     like a BLAS micro-kernel where there is a matmul-like reduce, partial sums where the
     reduce is contiguous, vector-wide blocks for elementwise work, and the outer loop over
-    the threads where that saves more than the parallel loop costs."""
-    layout = default_layout(kernel, target, upcast_choices)
+    the threads where that saves more than the parallel loop costs. constants: the input
+    buffers that hold weights where the kernel runs (packed once, when a plan is built)."""
+    layout = default_layout(kernel, target, upcast_choices, constants)
     blocks = register_blocks(kernel, layout["upcast"])
     threads = target.threads
     order = layout["order"]
@@ -68,16 +70,17 @@ def uneven_share(blocks: int, threads: int) -> bool:
     return -(-blocks // threads) * threads > blocks * (1 + UNEVEN_SHARE)
 
 
-def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
-                   ) -> dict[str, Any]:
+def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices,
+                   constants: frozenset[int] = frozenset()) -> dict[str, Any]:
     """The default's knobs but the threads (see cpu_model.py for the derivation). For a
     matmul: the register block of the model; the column side packed where the panel pays
     for its copy (cpu_model.panel_pays: every row block reads the sliver again, and a panel
     makes it one contiguous stream), any operand read with a stride along the vector lanes
     (a convolution's windows), and the row side where its rows lie side by side and the
     reduce strides (a channels-first input with the positions as rows: a block's rows take
-    a cache line of their own at every step of the reduce, a panel makes them one stream);
-    the column blocks outermost while a column and a row sliver of the whole reduce stay in
+    a cache line of their own at every step of the reduce, a panel makes them one stream)
+    or they leave L2, where the copy pays (_row_copy_pays: a weight's is made once, another's
+    on every call); the column blocks outermost while a column and a row sliver of the whole reduce stay in
     L2 together (BLIS's jr loop around ir), but the row blocks outermost where a short reduce
     would write more output rows at once than a prefetcher follows (cpu_model.writes_scatter),
     else a k tile that keeps the outer blocks' sliver in L1 (_tiled_outer says which side is
@@ -106,11 +109,13 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             upcast[row] = min(block.rows, domain[row])
             upcast[col] = min(block.columns, domain[col])
             packs = packable(kernel)
+            row_copy = _row_copy_pays(kernel, col, upcast, constants)
             pack = tuple(i for i in packs
                          if views[i].strides[col] not in (0, 1)
                          or (i == b_side and _column_panel_pays(
                              kernel, target, views[i], row, col, upcast))
-                         or _rows_across_lines(views[i], row, col, reduce_axes))
+                         or (_rows_across_lines(views[i], row, col, reduce_axes)
+                             and row_copy(i)))
             unroll = 4
             # per column block the column sliver stays in L2 while the rows stream past
             # it: both slivers of the whole reduce must fit there together
@@ -133,8 +138,9 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                         kernel, target, views[b_side], reduce_axes, upcast[col], itemsize):
                 pack = tuple(sorted(pack + (b_side,)))
             a_side = next((i for i in packs if i != b_side), None)
-            if a_side is not None and a_side not in pack and _row_tile_leaves_l2(
-                    kernel, target, views[a_side], row, col, upcast, ktile, first):
+            if a_side is not None and a_side not in pack and row_copy(a_side) and \
+                    _row_tile_leaves_l2(kernel, target, views[a_side], row, col, upcast,
+                                        ktile, first):
                 pack = tuple(sorted(pack + (a_side,)))
         elif inner_contig and (domain[-1] >= cpu_model.reduce_split(target, itemsize)
                                or last is None):
@@ -203,6 +209,26 @@ def _steps_on_own_pages(kernel: Kernel, target: Target, view, reduce_axes: list[
     steps = prod(kernel.domain[kernel.n_out:])
     return abs(view.strides[reduce_axes[-1]]) * itemsize >= cpu_model.PAGE and \
         not cpu_model.fits(target.l1d, steps * columns * itemsize)
+
+
+# a row side packed on every call (not a weight, which a plan packs once) is copied whole for
+# the column blocks that read it: it pays only where at least this many of them read the panel
+# (each block reads every row, or one row block's, again). Measured: resnet50's 3x3
+# convolutions over 14x14 maps, their im2col rows read by 4 column blocks of 64 channels,
+# 1.20x faster in place (AVX-512 Xeon); its 1x1 convolutions reading channels-first inputs
+# with the positions as rows, 1.13x faster in place with 4 column blocks, 1.11-1.37x slower
+# with 8 (the same Xeon); on the Zen 3 (AVX2), packing a matmul's rows where they leave L2
+# paid from 8 column blocks on (257x4099x511, 1000 and 1024: 3-8%)
+PER_CALL_PACK_READS = 8
+
+
+def _row_copy_pays(kernel: Kernel, col: int, upcast: list[int], constants: frozenset[int]
+                   ) -> Callable[[int], bool]:
+    """Whether packing row side `index` can pay for its copy: a weight's is made once, when a
+    plan is built; any other operand's on every call, for ceil(columns / block) column blocks
+    to read (PER_CALL_PACK_READS)."""
+    reads = -(-kernel.domain[col] // upcast[col])
+    return lambda index: index in constants or reads >= PER_CALL_PACK_READS
 
 
 def _rows_across_lines(view, row: int, col: int, reduce_axes: list[int]) -> bool:

@@ -90,7 +90,8 @@ class CPUSpace(Space):
         trivial = [a for a in range(self.kernel.n_out) if domain[a] == 1]
         real = [a for a in range(self.kernel.n_out) if domain[a] > 1]
         orders = [tuple(real[i] for i in p) + tuple(trivial) for p in permutations(len(real))]
-        default = cpu_default.default_layout(self.kernel, self.target, self._upcast_choices)
+        default = cpu_default.default_layout(self.kernel, self.target, self._upcast_choices,
+                                             self.constants)
         for extra in (default["order"], tuple(range(self.kernel.n_out))):
             if extra not in orders:
                 orders.append(extra)
@@ -318,4 +319,5 @@ class CPUSpace(Space):
 
     def default(self) -> Config:
         """The default derived from the target model (see cpu_default.py)."""
-        return cpu_default.default_config(self.kernel, self.target, self._upcast_choices)
+        return cpu_default.default_config(self.kernel, self.target, self._upcast_choices,
+                                          self.constants)

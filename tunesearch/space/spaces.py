@@ -39,8 +39,10 @@ def decode(text: str) -> tuple[int, ...]:
 class Space(ABC):
     """The knobs of one kernel for one device family."""
 
-    def __init__(self, kernel: Kernel, target: Target):
-        self.kernel, self.target = kernel, target
+    def __init__(self, kernel: Kernel, target: Target, constants: frozenset[int] = frozenset()):
+        # constants: the kernel's input buffers that hold weights where it runs (a model's
+        # plan packs them once, when it is built: a default may pack them for free)
+        self.kernel, self.target, self.constants = kernel, target, frozenset(constants)
 
     @abstractmethod
     def parameters(self) -> list[Param]: ...
@@ -156,9 +158,10 @@ def space_class(family: str) -> type[Space]:
     return getattr(importlib.import_module(module), cls)
 
 
-def space_for(kernel: Kernel, target: Target) -> Space:
-    """The space of kernel on target, of the target's family."""
-    return space_class(target.family)(kernel, target)
+def space_for(kernel: Kernel, target: Target, constants: frozenset[int] = frozenset()) -> Space:
+    """The space of kernel on target, of the target's family; constants: the input buffers
+    that hold weights where the kernel runs (see Space)."""
+    return space_class(target.family)(kernel, target, constants)
 
 
 class TrivialSpace(Space):
