@@ -217,8 +217,10 @@ def _steps_on_own_pages(kernel: Kernel, target: Target, view, reduce_axes: list[
 # convolutions over 14x14 maps, their im2col rows read by 4 column blocks of 64 channels,
 # 1.20x faster in place (AVX-512 Xeon); its 1x1 convolutions reading channels-first inputs
 # with the positions as rows, 1.13x faster in place with 4 column blocks, 1.11-1.37x slower
-# with 8 (the same Xeon); on the Zen 3 (AVX2), packing a matmul's rows where they leave L2
-# paid from 8 column blocks on (257x4099x511, 1000 and 1024: 3-8%)
+# with 8 (the same Xeon), and such convolutions with 2-6 column blocks in densenet121,
+# inception_v1/v2, shufflenet and squeezenet 4-16% faster each in place (one at 6, 13% slower);
+# on the Zen 3 (AVX2), packing a matmul's rows where they leave L2 paid from 8 column blocks
+# on (257x4099x511, 1000, 1024 and 64x4096x4096: 4-10%)
 PER_CALL_PACK_READS = 8
 
 
