@@ -80,11 +80,11 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     reduce strides (a channels-first input with the positions as rows: a block's rows take
     a cache line of their own at every step of the reduce, a panel makes them one stream)
     or they leave L2, where the copy pays (_row_copy_pays: a weight's is made once, another's
-    on every call); the column blocks outermost while a column and a row sliver of the whole reduce stay in
-    L2 together (BLIS's jr loop around ir), but the row blocks outermost where a short reduce
-    would write more output rows at once than a prefetcher follows (cpu_model.writes_scatter),
-    else a k tile that keeps the outer blocks' sliver in L1 (_tiled_outer says which side is
-    outer)."""
+    on every call); the column blocks outermost while a column and a row sliver of the whole
+    reduce stay in L2 together (BLIS's jr loop around ir), but the row blocks outermost where
+    a short reduce would write more output rows at once than a prefetcher follows
+    (cpu_model.writes_scatter), else a k tile that keeps the outer blocks' sliver in L1
+    (_tiled_outer says which side is outer)."""
     n_out, domain = kernel.n_out, kernel.domain
     upcast = [1] * n_out
     split, unroll, pack, ktile, first, last_axis = 1, 1, (), 0, None, None
