@@ -69,9 +69,10 @@ class Plan:
         """Choose configs, pack the constant operands a config packs (once, here), compile (in
         parallel), and give every kernel its buffers."""
         device, items = self.device, self.items
+        weights = self.constant_inputs()
         choices = [self.lookup.choose(item.kernel, device, constants)
-                   for item, constants in zip(items, self.constant_inputs())]
-        panels = self._prepacked(choices)
+                   for item, constants in zip(items, weights)]
+        panels = self._prepacked(choices, weights)
         compile_all(device, [(item.kernel, c.config, frozenset(p))
                              for item, c, p in zip(items, choices, panels)])
         last_use = {}
@@ -112,14 +113,16 @@ class Plan:
                           and id(node.realized) not in fed)
                 for item in self.items]
 
-    def _prepacked(self, choices: list[Choice]) -> list[dict[int, Buffer]]:
+    def _prepacked(self, choices: list[Choice], weights: list[frozenset[int]]
+                   ) -> list[dict[int, Buffer]]:
         """Per kernel, {buffer index: its panel} for the constant operands its config reads
         packed (Device.prepack_layouts): packed now, once, so calls skip the packing. The
-        occurrences of one kernel that read one weight in one layout share its panel."""
+        occurrences of one kernel that read one weight in one layout share its panel. weights:
+        per kernel, its constant inputs (constant_inputs)."""
         contents: dict[int, np.ndarray] = {}
         panels: dict[tuple, Buffer] = {}
         out = []
-        for item, choice, constants in zip(self.items, choices, self.constant_inputs()):
+        for item, choice, constants in zip(self.items, choices, weights):
             mine = {}
             layouts = self.device.prepack_layouts(item.kernel, choice.config, constants) \
                 if choice.config else {}
