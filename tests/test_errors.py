@@ -100,6 +100,23 @@ def test_a_ctrl_c_dropped_in_a_finalizer_still_ends_the_command_with_130(capsys)
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop itself
+def test_a_failure_that_follows_a_ctrl_c_is_the_interruption(capsys):
+    """A Ctrl-C that cuts a database commit short makes Optuna raise its own error
+    (StorageInternalError) instead: the command was interrupted, not broken."""
+    def command():
+        press_ctrl_c_in_a_finalizer()
+        raise RuntimeError("An exception is raised during the commit.")
+
+    assert run_command(command) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "internal error" not in err
+
+    def bug():
+        raise RuntimeError("a bug")
+    assert run_command(bug) == EXIT_INTERNAL_ERROR  # without Ctrl-C it is still a bug
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop itself
 def test_ctrl_c_pressed_only_counts_under_noticing_ctrl_c():
     with noticing_ctrl_c():
         assert not ctrl_c_pressed()

@@ -95,11 +95,19 @@ def run_command(command: Callable[[], int | None], prog: str = "tunesearch") -> 
     """Run one command of the command line and return its exit code; the one place where
     failures become exit codes. A `UserError` is its one line on stderr and exit 2; Ctrl-C is
     130, also where the command finished because its KeyboardInterrupt was dropped (see
-    `ctrl_c_pressed`); anything else is a bug: exit 1 and one line that says so (DEBUG=1 adds the
-    traceback)."""
+    `ctrl_c_pressed`), or failed after Ctrl-C because of it (a database commit it cut short,
+    which Optuna reports as its own error); anything else is a bug: exit 1 and one line that
+    says so (DEBUG=1 adds the traceback)."""
     try:
         with noticing_ctrl_c():
-            code = command() or 0
+            try:
+                code = command() or 0
+            except UserError:
+                raise
+            except Exception:
+                if ctrl_c_pressed():
+                    raise KeyboardInterrupt from None
+                raise
             if code == 0 and ctrl_c_pressed():
                 raise KeyboardInterrupt
             return code

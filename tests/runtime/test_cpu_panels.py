@@ -1,5 +1,6 @@
 """Panels filled on every call: the column panel under the column blocks outermost is filled
-block by block into a buffer of one block's panel, just before its blocks read it, and a panel
+block by block into a buffer of one block's panel, just before its blocks read it (or several
+blocks at once, with a column cache block), and a panel
 whose last block runs past the operand's edge copies whole runs and then zeros (two loops, not
 a guard per element). Each against numpy, with and without k tiles, on one and two threads,
 with a partial edge block."""
@@ -80,6 +81,40 @@ def test_row_blocks_outermost_fill_the_whole_panel_ahead():
     whole = -(-N // 48) * 48 * K
     assert f"scratch(0, {whole}*sizeof(float))" in entry
     assert entry.index(f"pk{b_side}[") < entry.index(f"for (int b{row} = 0;")
+    out = DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
+    program([out] + [node.realized for node in item.inputs])
+    np.testing.assert_allclose(DEVICE.copyout(out).reshape(M, N), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("ktile", [0, 128])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cblock", [2, 3, 32])
+def test_a_column_cache_block_fills_several_blocks_panels_at_once(ktile, threads, cblock):
+    """cblock: the panels of that many column blocks are filled at once, each reduce row read
+    across all of them, into a buffer of that many blocks' panels; the threads share the
+    groups. 200 columns in blocks of 16 are 13 blocks: groups of 2 and 3 end in a partial
+    one, 32 is one group of all 13."""
+    item, want = _matmul()
+    kernel = item.kernel
+    row, col, b_side = gemm_axes(kernel)
+    target = dataclasses.replace(DEVICE.info().target, threads=threads)
+    space = space_for(kernel, target)
+    upcast = [1] * kernel.n_out
+    upcast[row], upcast[col] = 4, 16
+    config = space.default().replace(
+        upcast=tuple(upcast), order=(col, row), pack=(b_side,), ktile=ktile, cblock=cblock,
+        parallel=1 if threads > 1 else 0, threads=threads)
+    assert space.validate(config) is None, space.validate(config)
+    program = DEVICE.build(kernel, config)
+    entry = program.source.text[program.source.text.index("\nvoid "):]
+    group, blocks = min(cblock, 13), 13
+    rows = ktile or K
+    assert f"pk{b_side}g = (float*)scratch(0, {group * rows * 16}*sizeof(float));" in entry
+    # the group's blocks filled row by row across the group, before its column blocks run
+    fill = entry.index(f"for (int pb{col} = g{col}*{group};")
+    assert entry.index(f"for (int r0 = 0;") < fill < \
+        entry.index(f"for (int b{col} = g{col}*{group};") < entry.index(f"for (int b{row} = 0;")
+    assert f"g{col} < {-(-blocks // group)};" in entry
     out = DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
     program([out] + [node.realized for node in item.inputs])
     np.testing.assert_allclose(DEVICE.copyout(out).reshape(M, N), want, rtol=1e-4, atol=1e-4)

@@ -466,3 +466,51 @@ def test_a_contiguous_reduce_sums_several_outputs_at_once(level):
     # run on this machine under its own default (the same rule at its level)
     got = (Tensor(w) * Tensor(v).reshape(1, 1024)).sum(1).numpy()
     np.testing.assert_allclose(got, w @ v, rtol=1e-4, atol=1e-3)
+
+
+def test_a_streamed_panel_whose_steps_lie_pages_apart_is_filled_several_blocks_at_once():
+    """The skinny 64x4096x4096: B's rows lie 16 KiB apart, and its panel is filled block by
+    block under the column loop. The default fills several column blocks at once (cblock), as
+    many as fit twice in a quarter... half of L2 with the next group's, under a k tile where one
+    block's panel of the whole reduce leaves no room for two. The groups share evenly over the
+    threads; B's rows closer than a page (1000 columns), a weight (packed once by the plan)
+    and a panel filled whole ahead (the row blocks outermost) take none."""
+    import numpy as np
+    from tunesearch import Tensor
+    xeon = dict(l1d=Cache(48 << 10, 12), l2=Cache(2 << 20, 16))
+    zen3 = dict(l1d=Cache(32 << 10, 8), l2=Cache(512 << 10, 8))
+
+    def default(m, k, n, level, caches, threads=1, constants=frozenset()):
+        target = dataclasses.replace(LEVELS[level], threads=threads, fork_join_s=1e-6,
+                                     **caches)
+        kernel = _last_kernel(Tensor(np.zeros((m, k), np.float32))
+                              @ Tensor(np.zeros((k, n), np.float32)))
+        config = space_for(kernel, target, constants).default()
+        assert space_for(kernel, target, constants).validate(config) is None
+        return kernel, target, config
+
+    kernel, target, config = default(64, 4096, 4096, "avx2", xeon)
+    row, col, b_side = gemm_axes(kernel)
+    assert config.get("order")[0] == col and b_side in config.get("pack")
+    # a 4096-deep block's panel is 384 KiB: two need more than half of L2. At a 1024 tile
+    # 96 KiB: four blocks (twice 384 KiB in 1 MiB), not eight
+    assert (config.get("ktile"), config.get("cblock")) == (1024, 4), config
+    panel = 1024 * 24 * 4
+    assert cpu_default.fill_group(target, panel) == 4
+    assert cpu_default.fill_group(target, 4096 * 24 * 4) == 1
+    # AVX-512's 48 columns: twice the panel, half the blocks
+    assert default(64, 4096, 4096, "avx512", xeon)[2].get("cblock") == 2
+    # a Zen 3's 512 KiB L2: the slivers of the whole reduce leave it, so the model's k tile
+    # (256 for 4x24 in a 32 KiB 8-way L1) and as many blocks of it as fit
+    _, zen, config = default(64, 4096, 4096, "avx2", zen3)
+    assert (config.get("ktile"), config.get("cblock")) == (256, 4), config
+    assert cpu_default.fill_group(zen, 256 * 24 * 4) == 4
+    # two threads share the groups: 171 blocks in groups of 4 are 43 groups, 22 and 21
+    assert default(64, 4096, 4096, "avx2", xeon, threads=2)[2].get("cblock") == 4
+    assert cpu_default.uneven_groups(262, 8, 2) and not cpu_default.uneven_groups(262, 4, 2)
+    # B's rows 4000 bytes apart: each block's fill reads its run on the page of the last
+    assert default(64, 4096, 1000, "avx2", xeon)[2].get("cblock", 1) == 1
+    # a weight is packed once, when the plan is built: nothing is filled in the call
+    kernel, _, _ = default(64, 4096, 4096, "avx2", xeon)
+    config = default(64, 4096, 4096, "avx2", xeon, constants=frozenset([b_side]))[2]
+    assert config.get("cblock", 1) == 1 and config.get("ktile") == 0, config

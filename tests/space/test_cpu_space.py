@@ -9,6 +9,7 @@ import pytest
 from tests.catalogue import catalogue, random_inputs
 from tests.conformance import build_cpu_library, call_config, output_error, tolerance
 from tunesearch.runtime.interpret import run_kernel
+from tunesearch.space import cpu_default
 from tunesearch.space.config import Config, ConfigError
 from tunesearch.space.spaces import space_for
 from tunesearch.space.target import Target
@@ -135,6 +136,28 @@ def test_a_stored_config_without_ktile_means_no_tile():
     assert space.validate(old) is None
     assert render_c(kernel, old) == render_c(kernel, config.replace(ktile=0))
     assert "ktile" in space.validate(config.replace(ktile=kernel.domain[kernel.n_out]))
+
+
+def test_a_config_without_cblock_fills_one_block_at_a_time():
+    """cblock came after ktile: a config holds it only where it is more than 1, so a stored
+    config without it is valid and renders the code of cblock=1; a cblock is refused where
+    the kernel has no column side to pack, or out of range."""
+    from tunesearch.runtime.render.c import render_c
+    kernel = _kernel("matmul_prime")
+    space = space_for(kernel, TARGET)
+    config = space.default().replace(cblock=4)
+    assert space.validate(config) is None
+    ones = [space.config_from({**space.params_of(config), "cblock": 1}),
+            cpu_default.with_cblock(config, 1)]
+    for one in ones:
+        assert "cblock" not in one.as_dict()
+        assert render_c(kernel, one) == render_c(kernel, config.replace(cblock=1))
+    assert "cblock" in space.validate(config.replace(cblock=0))
+    assert "cblock" in space.validate(config.replace(cblock=64))
+    assert any(c.get("cblock", 1) in (2, 8) for c in space.neighbours(config))
+    elementwise = next(k for name, k in catalogue() if not k.n_reduce)
+    other = space_for(elementwise, TARGET)
+    assert "cblock" in other.validate(other.default().replace(cblock=2))
 
 
 def test_padded_axes_are_those_whose_reads_all_come_from_panels():

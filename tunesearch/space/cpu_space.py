@@ -1,6 +1,7 @@
 """The CPU knobs: register block (upcast) per output axis, partial sums along the reduce (split),
 unroll of the innermost reduce loop, a cache tile on the first reduce axis (ktile, 0 for none),
-block loop order, packing of operands into panels, and the OpenMP parallel loops with their thread
+the outer blocks whose streamed panels are filled at once (cblock, BLIS's column cache block), block
+loop order, packing of operands into panels, and the OpenMP parallel loops with their thread
 count. Every knob changes the C that runtime/render/c.py writes. The default's values come from
 the target model (cpu_default.py)."""
 from __future__ import annotations
@@ -10,14 +11,16 @@ from typing import Any
 
 from tunesearch.space import cpu_default, cpu_model
 from tunesearch.space.config import Config, ConfigError
-from tunesearch.space.cpu_default import KTILES
+from tunesearch.space.cpu_default import CBLOCKS, KTILES, with_cblock
 from tunesearch.space.kernel_shape import gemm_axes, packable, subsets
 from tunesearch.space.panel_layout import PackInfo
 from tunesearch.space.spaces import (Param, Space, check_knob_set, decode,
                                      divisors_and_blocks, encode, permutations, prod)
 
-KNOBS = ("ktile", "order", "pack", "parallel", "split", "threads", "unroll", "upcast")
-OPTIONAL = {"ktile": 0}       # knobs newer than stored configs, with the value they meant
+KNOBS = ("cblock", "ktile", "order", "pack", "parallel", "split", "threads", "unroll", "upcast")
+# knobs newer than stored configs, with the value they meant; a config holds cblock only where
+# it is more than 1, so every config of the releases before it is written as it was
+OPTIONAL = {"ktile": 0, "cblock": 1}
 UPCASTS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
 LAST_UPCASTS = (1, 2, 4, 8, 16, 32, 64)     # and whole multiples of the vector: last_upcasts()
 MAX_ACCUMULATORS = 256        # floats of accumulators per block, or the whole register file
@@ -51,12 +54,21 @@ class CPUSpace(Space):
             packs = subsets(packable(k))
             if len(packs) > 1:
                 params.append(Param("pack", tuple(encode(p) for p in packs)))
+            if self._fills_column_blocks:
+                params.append(Param("cblock", CBLOCKS))
         if k.n_out and self.target.threads > 1:
             params.append(Param("parallel", tuple(range(min(2, k.n_out) + 1))))
             counts = sorted({t for t in (2, 4, 8, 16, 32, 64) if t <= self.target.threads}
                             | {self.target.threads})
             params.append(Param("threads", tuple(counts), when=("parallel", (1, 2))))
         return tuple(params)
+
+    @cached_property
+    def _fills_column_blocks(self) -> bool:
+        """Whether the column side of a matmul-like reduce can be packed: its panel, filled
+        block by block under the column loop, can be filled several blocks at once."""
+        gemm = gemm_axes(self.kernel)
+        return gemm is not None and gemm[2] in packable(self.kernel)
 
     def _upcast_choices(self, axis: int) -> tuple[int, ...]:
         k = self.kernel
@@ -119,12 +131,12 @@ class CPUSpace(Space):
         if all(isinstance(v, int) and v >= 1 for v in upcast + [split, unroll]):
             upcast, split, unroll = self._within_caps(upcast, split, unroll, choices)
             upcast = self._within_registers(upcast, choices)
-        return Config.make(
+        return with_cblock(Config.make(
             upcast=tuple(upcast),
             order=decode(values["order"]) if "order" in values else tuple(range(k.n_out)),
             split=split, unroll=unroll,
             ktile=values.get("ktile", 0), pack=decode(values.get("pack", "")), parallel=parallel,
-            threads=values.get("threads", 1) if parallel else 1)
+            threads=values.get("threads", 1) if parallel else 1), values.get("cblock", 1))
 
     def _within_caps(self, upcast: list[int], split: int, unroll: int,
                      choices: dict[str, tuple]) -> tuple[list[int], int, int]:
@@ -178,7 +190,8 @@ class CPUSpace(Space):
         """A config of a kernel of the same structure and another shape, made to fit this
         one: each register block brought to the largest choice of its axis not above it,
         operands this kernel cannot pack left unpacked, a k tile this reduce is too short for
-        dropped, the threads of this target."""
+        dropped, a column cache block where there is no column side to pack dropped, the
+        threads of this target."""
         k = self.kernel
         try:
             knobs = dict(config.knobs)
@@ -190,8 +203,10 @@ class CPUSpace(Space):
             ktile = knobs.get("ktile", 0)
             ktile = ktile if k.n_reduce and 0 < ktile < k.domain[k.n_out] else 0
             parallel = knobs.get("parallel", 0) if self.target.threads > 1 else 0
-            adapted = config.replace(upcast=upcast, pack=pack, ktile=ktile, parallel=parallel,
-                                     threads=self.target.threads if parallel else 1)
+            adapted = with_cblock(
+                config.replace(upcast=upcast, pack=pack, ktile=ktile, parallel=parallel,
+                               threads=self.target.threads if parallel else 1),
+                knobs.get("cblock", 1) if self._fills_column_blocks else 1)
         except (KeyError, TypeError, ValueError, ConfigError):
             return None
         return adapted if self.validate(adapted) is None else None
@@ -235,6 +250,9 @@ class CPUSpace(Space):
         if k.n_reduce:
             unroll = config.get("unroll")
             out += [config.replace(unroll=u) for u in (unroll // 2, unroll * 2) if 1 <= u <= 8]
+        if self._fills_column_blocks:
+            cblock = config.get("cblock", 1)
+            out += [with_cblock(config, c) for c in (cblock // 2, cblock * 2) if c in CBLOCKS]
         seen = {config}
         result = []
         for c in out:
@@ -249,7 +267,7 @@ class CPUSpace(Space):
         values.update(order=encode(config.get("order")), split=config.get("split"),
                       unroll=config.get("unroll"), ktile=config.get("ktile", 0),
                       pack=encode(config.get("pack")),
-                      parallel=config.get("parallel"))
+                      parallel=config.get("parallel"), cblock=config.get("cblock", 1))
         if config.get("parallel"):
             values["threads"] = config.get("threads")
         return {k: v for k, v in values.items() if k in names}
@@ -257,7 +275,8 @@ class CPUSpace(Space):
     def check(self, config: Config) -> None:
         k = self.kernel
         knobs = check_knob_set(config, "cpu", KNOBS,
-                               ("ktile", "split", "unroll", "parallel", "threads"), OPTIONAL)
+                               ("cblock", "ktile", "split", "unroll", "parallel", "threads"),
+                               OPTIONAL)
         upcast, order = knobs["upcast"], knobs["order"]
         if not isinstance(upcast, tuple) or len(upcast) != k.n_out:
             raise ConfigError(f"upcast needs {k.n_out} values, got {upcast!r}")
@@ -294,6 +313,10 @@ class CPUSpace(Space):
                 raise ConfigError("split, unroll and ktile need a reduce axis")
             if prod(upcast) > MAX_ELEMENTWISE_BLOCK:
                 raise ConfigError(f"a block of {prod(upcast)} exceeds {MAX_ELEMENTWISE_BLOCK}")
+        if not 1 <= knobs["cblock"] <= CBLOCKS[-1] or (knobs["cblock"] > 1
+                                                       and not self._fills_column_blocks):
+            raise ConfigError(f"cblock {knobs['cblock']} is not 1, or in 1..{CBLOCKS[-1]} for a "
+                              "matmul-like reduce whose column side can be packed")
         pack = knobs["pack"]
         if not isinstance(pack, tuple) or len(set(pack)) != len(pack):
             raise ConfigError(f"pack must be a list of distinct buffer numbers, got {pack!r}")
@@ -321,3 +344,4 @@ class CPUSpace(Space):
         """The default derived from the target model (see cpu_default.py)."""
         return cpu_default.default_config(self.kernel, self.target, self._upcast_choices,
                                           self.constants)
+

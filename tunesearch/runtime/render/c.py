@@ -358,6 +358,7 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     # (scratch slot, buffer, element type, one block's panel size) of each streamed panel
     streamed_buffers = [(slot, i, d.type_name(p.dtype), p.size // p.blocks[0])
                         for slot, (i, p) in enumerate(packs.items()) if i in streamed]
+    group = 1
     if streamed:
         # each outer block fills its panels just before its blocks read them, into a buffer
         # of one block's panel per thread that stays in L2: filled whole ahead, a panel
@@ -365,12 +366,32 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         # the scratch kept (64 MiB) would be allocated, faulted in and zeroed by the kernel
         # on every call; filled by a parallel loop of its own, the threads would split it by
         # the reduce rows and each read the share the other wrote
+        # With a column cache block (cblock, BLIS's nc), `group` outer blocks' panels are
+        # filled at once, each reduce row read across all of them: where those rows lie a page
+        # or more apart, a fill of one block's few lines a row waits on a page walk and a new
+        # stream at every row (see cpu_default.fill_group)
         outer = order[0]
-        nest += [f"for (int b{outer} = 0; b{outer} < {nblocks[outer]}; b{outer}++) {{"]
-        for slot, i, tname, size in streamed_buffers:
-            nest.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, {size}*sizeof({tname}));")
-            nest += pack_loop(kernel, packs[i], upcast, d, None, tiled, own=outer,
-                              vector_bytes=vector_bytes)
+        group = min(config.get("cblock", 1), nblocks[outer])
+        if group > 1:
+            groups = -(-nblocks[outer] // group)
+            nest.append(f"for (int g{outer} = 0; g{outer} < {groups}; g{outer}++) {{")
+            for slot, i, tname, size in streamed_buffers:
+                nest.append(f"  {tname}* pk{i}g = ({tname}*)scratch({slot}, "
+                            f"{group * size}*sizeof({tname}));")
+                nest += pack_loop(kernel, packs[i], upcast, d, None, tiled, own=outer,
+                                  vector_bytes=vector_bytes, group=group)
+            end = f"g{outer}*{group}+{group}"
+            nest.append(f"for (int b{outer} = g{outer}*{group}; b{outer} < ({end} < "
+                        f"{nblocks[outer]} ? {end} : {nblocks[outer]}); b{outer}++) {{")
+            nest += [f"  {tname}* pk{i} = pk{i}g + (b{outer}-g{outer}*{group})*{size};"
+                     for slot, i, tname, size in streamed_buffers]
+        else:
+            nest.append(f"for (int b{outer} = 0; b{outer} < {nblocks[outer]}; b{outer}++) {{")
+            for slot, i, tname, size in streamed_buffers:
+                nest.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, "
+                            f"{size}*sizeof({tname}));")
+                nest += pack_loop(kernel, packs[i], upcast, d, None, tiled, own=outer,
+                                  vector_bytes=vector_bytes)
         rest = order[1:]
     for a in rest:
         nest.append(f"for (int b{a} = 0; b{a} < {nblocks[a]}; b{a}++)")
@@ -378,7 +399,10 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     nest += [f"  const int o{a} = b{a}*{upcast[a]};" for a in range(n_out)]
     nest += ["  " + line for line in dispatch]
     nest.append("}")
-    if streamed:
+    if streamed and group > 1:
+        nest += ["}"] + [f"  scratch_done({slot}, pk{i}g, {group * size}*sizeof({tname}));"
+                         for slot, i, tname, size in streamed_buffers] + ["}"]
+    elif streamed:
         nest += [f"  scratch_done({slot}, pk{i}, {size}*sizeof({tname}));"
                  for slot, i, tname, size in streamed_buffers] + ["}"]
     if tiled:

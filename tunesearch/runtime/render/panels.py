@@ -71,11 +71,14 @@ def pack_panel(kernel: Kernel, config: Config, index: int, values: np.ndarray
 
 
 def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
-              tiled: bool, own: int | None = None, vector_bytes: int = 32) -> list[str]:
+              tiled: bool, own: int | None = None, vector_bytes: int = 32,
+              group: int = 1) -> list[str]:
     """Fill a scratch panel: pk[blocks][reduce][lanes] = the load's value (0 past the edge);
     with a k tile, the kn rows of the first reduce axis from k0 on. With own (an axis), only
     the block b{own} of that axis, into a buffer of that one block's panel: filled inside
-    the block loop, just before it is read."""
+    the block loop, just before it is read; with a group too, the `group` blocks of group
+    g{own} (the last group's may be fewer), into a buffer of that many blocks' panels, each
+    reduce row read across all of them at once."""
     n_out = kernel.n_out
     names_b = [f"pb{a}" for a in p.axes]
     names_r = [f"r{j}" for j in range(len(p.reduce))]
@@ -97,8 +100,10 @@ def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
               if kernel.domain[a] % upcast[a]}
     idx, valid = index_expr(p.view, axis_index)
     # the panel of one block (own) is written at block 0 of a buffer of its own
-    at = ["0" if own is not None and n == f"pb{own}" else n for n in names_b]
-    target = f"pk{p.index}[{p.offset(at, names_r, names_l)}]"
+    grouped = own is not None and group > 1
+    at = [(f"(pb{own}-g{own}*{group})" if grouped else "0") if own is not None and n == f"pb{own}"
+          else n for n in names_b]
+    target = f"pk{p.index}{'g' if grouped else ''}[{p.offset(at, names_r, names_l)}]"
     zero = d.literal(0, p.dtype)
 
     def fill(skip: int | None = None) -> str:
@@ -114,10 +119,16 @@ def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
     inner = loops[-1][0] if loops else ""
     lanes = max(1, vector_bytes // p.dtype.itemsize)
     edge = next((a for a in guards if inner == f"pl{a}" and upcast[a] % lanes == 0), None)
-    if own is not None:
+    if own is not None and not grouped:
         lines.append(f"  const int pb{own} = b{own};")
         loops = [x for x in loops if x[0] != f"pb{own}"]
-    heads = [f"  for (int {n} = 0; {n} < {size}; {n}++)" for n, size, _ in loops]
+
+    def head(n: str, size) -> str:
+        if grouped and n == f"pb{own}":  # the group's blocks, the last group's up to the edge
+            lo, hi = f"g{own}*{group}", f"g{own}*{group}+{group}"
+            return f"  for (int {n} = {lo}; {n} < ({hi} < {size} ? {hi} : {size}); {n}++)"
+        return f"  for (int {n} = 0; {n} < {size}; {n}++)"
+    heads = [head(n, size) for n, size, _ in loops]
     if edge is None:
         return lines + heads + ["  {", f"    {fill()}", "  }"]
     u, n = upcast[edge], kernel.domain[edge]
