@@ -492,19 +492,23 @@ def test_a_streamed_panel_whose_steps_lie_pages_apart_is_filled_several_blocks_a
     kernel, target, config = default(64, 4096, 4096, "avx2", xeon)
     row, col, b_side = gemm_axes(kernel)
     assert config.get("order")[0] == col and b_side in config.get("pack")
-    # a 4096-deep block's panel is 384 KiB: two need more than half of L2. At a 1024 tile
-    # 96 KiB: four blocks (twice 384 KiB in 1 MiB), not eight
+    # A's 64 rows of the whole reduce (1 MiB) stay in L2 and take its half: no room for a
+    # group. At a 1024 tile A's rows are 256 KiB and a block's panel 96 KiB: four blocks
+    # (twice 384 KiB beside 256 KiB in 1 MiB), not eight
     assert (config.get("ktile"), config.get("cblock")) == (1024, 4), config
-    panel = 1024 * 24 * 4
-    assert cpu_default.fill_group(target, panel) == 4
-    assert cpu_default.fill_group(target, 4096 * 24 * 4) == 1
+    assert cpu_default.fill_group(target, 1024 * 24 * 4, 64 * 1024 * 4) == 4
+    assert cpu_default.fill_group(target, 4096 * 24 * 4, 64 * 4096 * 4) == 1
+    # rows that leave L2 anyway (matmul 1024's 4 MiB of A) stream past: not counted
+    assert cpu_default.fill_group(target, 1024 * 24 * 4, 1024 * 1024 * 4) == 4
     # AVX-512's 48 columns: twice the panel, half the blocks
     assert default(64, 4096, 4096, "avx512", xeon)[2].get("cblock") == 2
     # a Zen 3's 512 KiB L2: the slivers of the whole reduce leave it, so the model's k tile
     # (256 for 4x24 in a 32 KiB 8-way L1) and as many blocks of it as fit
     _, zen, config = default(64, 4096, 4096, "avx2", zen3)
     assert (config.get("ktile"), config.get("cblock")) == (256, 4), config
-    assert cpu_default.fill_group(zen, 256 * 24 * 4) == 4
+    assert cpu_default.fill_group(zen, 256 * 24 * 4, 64 * 256 * 4) == 4
+    # SSE4's 12 columns: the same 1024 tile, blocks half the size, twice as many fit
+    assert default(64, 4096, 4096, "sse4", xeon)[2].get("cblock") == 8
     # two threads share the groups: 171 blocks in groups of 4 are 43 groups, 22 and 21
     assert default(64, 4096, 4096, "avx2", xeon, threads=2)[2].get("cblock") == 4
     assert cpu_default.uneven_groups(262, 8, 2) and not cpu_default.uneven_groups(262, 4, 2)

@@ -165,11 +165,16 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                 # its panel streamed block by block under the column loop (render/c.py),
                 # filled several blocks at once, under a k tile where one block's panel of
                 # the whole reduce leaves no room for two
-                panel = reduce_size // domain[n_out] * upcast[col] * itemsize
+                step = reduce_size // domain[n_out] * itemsize  # a step of the first axis
+                panel, rows = step * upcast[col], step * domain[row]
+
+                def group(tile: int) -> int:
+                    return fill_group(target, panel * (tile or domain[n_out]),
+                                      rows * (tile or domain[n_out]))
                 if not ktile:
-                    ktile = next((t for t in (0, *KTILES[::-1]) if t < domain[n_out] and
-                                  fill_group(target, panel * (t or domain[n_out])) > 1), 0)
-                cblock = fill_group(target, panel * (ktile or domain[n_out]))
+                    ktile = next((t for t in (0, *KTILES[::-1])
+                                  if t < domain[n_out] and group(t) > 1), 0)
+                cblock = group(ktile)
             a_side = next((i for i in packs if i != b_side), None)
             if a_side is not None and a_side not in pack and row_copy(a_side) and \
                     _row_tile_leaves_l2(kernel, target, views[a_side], row, col, upcast,
@@ -212,7 +217,7 @@ def _rows_on_own_pages(view, reduce_axes: list[int], itemsize: int) -> bool:
     return bool(reduce_axes) and abs(view.strides[reduce_axes[-1]]) * itemsize >= cpu_model.PAGE
 
 
-def fill_group(target: Target, panel_bytes: int) -> int:
+def fill_group(target: Target, panel_bytes: int, rows_bytes: int) -> int:
     """The column cache block (BLIS's nc, in register blocks): how many column blocks' panels
     of panel_bytes each a streamed fill writes at once. The fill reads each reduce step's run
     of the column operand; where those runs lie a page or more apart, each costs a page walk
@@ -220,13 +225,18 @@ def fill_group(target: Target, panel_bytes: int) -> int:
     AVX2's 24 columns) waits on them at every step. Read across several blocks at once, the
     run is that many times longer. The group's panels stay in L2 while every row block reads
     them, and the next group's fill needs the same room: twice the group fits there
-    (cpu_model.fits). Measured on the AVX-512 Xeon, 64x4096x4096 (B's rows 16 KiB apart, 16
+    (cpu_model.fits), beside the rows every column block reads (rows_bytes, the row side's
+    sliver of the reduce or its tile) where those stay there too; where they do not, they
+    stream past either way. (Two blocks of the whole reduce beside the skinny shape's A, 1 MiB,
+    ran 10% slower than one at SSE4 on two threads; four under a 1024 tile as fast as OpenBLAS.) Measured on the AVX-512 Xeon, 64x4096x4096 (B's rows 16 KiB apart, 16
     row blocks a column block): at AVX2, 4 blocks under a 1024 tile, 0.80-0.82 -> 0.92-0.93x
     OpenBLAS on one thread and 0.84-0.86 -> 0.92-0.96x on two; at AVX-512, 2 blocks, within
     the noise (1.07 against 1.04x). Matmul 1024 (rows a page apart) the same at both levels
     (+-2%); the first 7x7 convolution of resnet50 and densenet121 and their 1x1 convolutions
     over 56x56 maps 2-6% faster on one thread, the same on two."""
-    return max(c for c in CBLOCKS if c == 1 or cpu_model.fits(target.l2, 2 * c * panel_bytes))
+    beside = rows_bytes if cpu_model.fits(target.l2, rows_bytes) else 0
+    return max(c for c in CBLOCKS
+               if c == 1 or cpu_model.fits(target.l2, 2 * c * panel_bytes + beside))
 
 
 # reduces longer than this are judged by their first steps: the pattern of lines repeats
