@@ -45,3 +45,21 @@ def test_materialize_writes_a_value_once_for_its_readers():
     assert len(items) == 3 and sum(i.kernel.name.startswith("E_") for i in items) == 1
     np.testing.assert_allclose((a.sum(0) + b.sum(1)).numpy(), np.exp(x).sum(0) +
                                np.exp(x).sum(1), rtol=1e-5)
+
+
+def test_windows_that_only_leave_out_the_last_elements_read_the_input_in_place():
+    """A stride-2 1x1 window over an even map (a downsampling convolution's) never reads the
+    last row and column: the windows are a view of the input's own buffer, not of a copy of
+    it shrunk by one (which cost resnet50 a pass over 256x55x55 floats)."""
+    x = np.random.default_rng(2).standard_normal((2, 4, 6, 6)).astype(np.float32)
+    t = Tensor(x, device="cpu")
+    wins = t.windows((1, 1), (2, 2), (1, 1), [(0, 0), (0, 0)], [3, 3])
+    out = wins * 2.0
+    items = create_schedule([out.node])
+    assert len(items) == 1, [item.kernel.name for item in items]
+    (source,) = items[0].inputs
+    assert source.realized is not None and source.realized.size == x.size  # the input itself
+    np.testing.assert_array_equal(out.numpy(), 2.0 * x[:, :, ::2, ::2, None, None])
+    # one that pads still writes the padded input once
+    padded = t.windows((3, 3), (2, 2), (1, 1), [(1, 1), (1, 1)], [3, 3]) * 2.0
+    assert len(create_schedule([padded.node])) == 2
