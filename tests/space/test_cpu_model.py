@@ -512,6 +512,12 @@ def test_a_streamed_panel_whose_steps_lie_pages_apart_is_filled_several_blocks_a
     # two threads share the groups: 171 blocks in groups of 4 are 43 groups, 22 and 21
     assert default(64, 4096, 4096, "avx2", xeon, threads=2)[2].get("cblock") == 4
     assert cpu_default.uneven_groups(262, 8, 2) and not cpu_default.uneven_groups(262, 4, 2)
+    # 46 blocks share evenly over two threads only one by one (groups of 2: 12 and 11 groups,
+    # 24 blocks against 23): no group, and no tile taken for one
+    one = default(64, 8192, 1088, "avx2", xeon)[2]
+    two = default(64, 8192, 1088, "avx2", xeon, threads=2)[2]
+    assert (one.get("cblock"), one.get("ktile")) == (4, 1024), one
+    assert (two.get("cblock", 1), two.get("ktile"), two.get("parallel")) == (1, 0, 1), two
     # B's rows 4000 bytes apart: each block's fill reads its run on the page of the last
     assert default(64, 4096, 1000, "avx2", xeon)[2].get("cblock", 1) == 1
     # a weight is packed once, when the plan is built: nothing is filled in the call

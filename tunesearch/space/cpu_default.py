@@ -32,7 +32,7 @@ def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     the threads where that saves more than the parallel loop costs. constants: the input
     buffers that hold weights where the kernel runs (packed once, when a plan is built)."""
     layout = default_layout(kernel, target, upcast_choices, constants)
-    cblock = layout.pop("cblock")
+    cblock, group_tile = layout.pop("cblock"), layout.pop("group_tile")
     blocks = register_blocks(kernel, layout["upcast"])
     threads = target.threads
     order = layout["order"]
@@ -60,6 +60,8 @@ def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
         cblock = 1  # the panels are filled whole ahead (render/c.py streamed_packs)
     while cblock > 1 and parallel and uneven_groups(blocks[order[0]], cblock, threads):
         cblock //= 2
+    if cblock == 1 and group_tile:
+        layout["ktile"] = 0  # the tile was there only to make room for a group
     return with_cblock(Config.make(**layout, parallel=parallel,
                                    threads=threads if parallel else 1), cblock)
 
@@ -107,10 +109,13 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     reduce stay in L2 together (BLIS's jr loop around ir), but the row blocks outermost where
     a short reduce would write more output rows at once than a prefetcher follows
     (cpu_model.writes_scatter), else a k tile that keeps the outer blocks' sliver in L1
-    (_tiled_outer says which side is outer)."""
+    (_tiled_outer says which side is outer); a column panel streamed from rows a page or more
+    apart filled several column blocks at once (fill_group), under a k tile where the whole
+    reduce leaves no room for that (group_tile: the tile was taken for the group alone)."""
     n_out, domain = kernel.n_out, kernel.domain
     upcast = [1] * n_out
     split, unroll, pack, ktile, first, last_axis, cblock = 1, 1, (), 0, None, None, 1
+    group_tile = False
     loads = [n.arg[1] for n in kernel.loads()]
     lane_axes = [a for a in range(n_out) if domain[a] > 1]
     last = lane_axes[-1] if lane_axes else None
@@ -174,6 +179,7 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                 if not ktile:
                     ktile = next((t for t in (0, *KTILES[::-1])
                                   if t < domain[n_out] and group(t) > 1), 0)
+                    group_tile = ktile > 0
                 cblock = group(ktile)
             a_side = next((i for i in packs if i != b_side), None)
             if a_side is not None and a_side not in pack and row_copy(a_side) and \
@@ -208,7 +214,7 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     else:
         order = output_order(kernel)
     return dict(upcast=tuple(upcast), order=order, split=split, unroll=unroll, ktile=ktile,
-                pack=pack, cblock=cblock)
+                pack=pack, cblock=cblock, group_tile=group_tile)
 
 
 def _rows_on_own_pages(view, reduce_axes: list[int], itemsize: int) -> bool:
@@ -227,13 +233,15 @@ def fill_group(target: Target, panel_bytes: int, rows_bytes: int) -> int:
     them, and the next group's fill needs the same room: twice the group fits there
     (cpu_model.fits), beside the rows every column block reads (rows_bytes, the row side's
     sliver of the reduce or its tile) where those stay there too; where they do not, they
-    stream past either way. (Two blocks of the whole reduce beside the skinny shape's A, 1 MiB,
-    ran 10% slower than one at SSE4 on two threads; four under a 1024 tile as fast as OpenBLAS.) Measured on the AVX-512 Xeon, 64x4096x4096 (B's rows 16 KiB apart, 16
-    row blocks a column block): at AVX2, 4 blocks under a 1024 tile, 0.80-0.82 -> 0.92-0.93x
-    OpenBLAS on one thread and 0.84-0.86 -> 0.92-0.96x on two; at AVX-512, 2 blocks, within
-    the noise (1.07 against 1.04x). Matmul 1024 (rows a page apart) the same at both levels
-    (+-2%); the first 7x7 convolution of resnet50 and densenet121 and their 1x1 convolutions
-    over 56x56 maps 2-6% faster on one thread, the same on two."""
+    stream past either way (two blocks of the whole reduce beside the skinny shape's A, 1 MiB,
+    ran 10% slower than one at SSE4 on two threads; four under a 1024 tile 1.06x OpenBLAS).
+    Measured on the AVX-512 Xeon, 64x4096x4096 (B's rows 16 KiB apart, 16 row blocks a
+    column block): at AVX2, 4 blocks under a 1024 tile, 0.80-0.82 -> 0.92-0.93x OpenBLAS on
+    one thread and 0.84-0.86 -> 0.92-0.96x on two; at SSE4, 8 blocks, 0.96 -> 1.12x and 0.94
+    -> 1.06x; at AVX-512, 2 blocks, within the noise (1.07 against 1.04x). Matmul 1024 (rows
+    a page apart) the same at every level (+-2%); the first 7x7 convolution of resnet50 and
+    densenet121 and their 1x1 convolutions over 56x56 maps 2-6% faster on one thread, the
+    same on two."""
     beside = rows_bytes if cpu_model.fits(target.l2, rows_bytes) else 0
     return max(c for c in CBLOCKS
                if c == 1 or cpu_model.fits(target.l2, 2 * c * panel_bytes + beside))
