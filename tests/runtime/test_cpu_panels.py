@@ -30,24 +30,32 @@ def _matmul():
     return item, a @ b
 
 
-@pytest.mark.parametrize("ktile", [0, 128])
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("columns", [16, 48])
-def test_the_column_panel_is_filled_block_by_block(ktile, threads, columns):
+def _column_blocks_outermost(ktile, threads, columns, **knobs):
+    """The matmul with its column side packed under the column blocks outermost, 4 rows by
+    `columns` a block: the item, numpy's product, the gemm axes, the program and its entry
+    point's source."""
     item, want = _matmul()
     kernel = item.kernel
     row, col, b_side = gemm_axes(kernel)
-    target = dataclasses.replace(DEVICE.info().target, threads=threads)
-    space = space_for(kernel, target)
+    space = space_for(kernel, dataclasses.replace(DEVICE.info().target, threads=threads))
     upcast = [1] * kernel.n_out
     upcast[row], upcast[col] = 4, columns
     config = space.default().replace(
         upcast=tuple(upcast), order=(col, row), pack=(b_side,), ktile=ktile,
-        parallel=1 if threads > 1 else 0, threads=threads)
+        parallel=1 if threads > 1 else 0, threads=threads, **knobs)
     assert space.validate(config) is None, space.validate(config)
     program = DEVICE.build(kernel, config)
-    text = program.source.text
-    entry = text[text.index("\nvoid "):]
+    entry = program.source.text[program.source.text.index("\nvoid "):]
+    return item, want, (row, col, b_side), program, entry
+
+
+@pytest.mark.parametrize("ktile", [0, 128])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("columns", [16, 48])
+def test_the_column_panel_is_filled_block_by_block(ktile, threads, columns):
+    item, want, (row, col, b_side), program, entry = _column_blocks_outermost(
+        ktile, threads, columns)
+    kernel = item.kernel
     # the panel's buffer holds one column block (the tile's rows of it, or the whole reduce)
     rows = ktile or K
     assert f"pk{b_side} = (float*)scratch(0, {rows * columns}*sizeof(float));" in entry
@@ -94,25 +102,15 @@ def test_a_column_cache_block_fills_several_blocks_panels_at_once(ktile, threads
     across all of them, into a buffer of that many blocks' panels; the threads share the
     groups. 200 columns in blocks of 16 are 13 blocks: groups of 2 and 3 end in a partial
     one, 32 is one group of all 13."""
-    item, want = _matmul()
+    item, want, (row, col, b_side), program, entry = _column_blocks_outermost(
+        ktile, threads, 16, cblock=cblock)
     kernel = item.kernel
-    row, col, b_side = gemm_axes(kernel)
-    target = dataclasses.replace(DEVICE.info().target, threads=threads)
-    space = space_for(kernel, target)
-    upcast = [1] * kernel.n_out
-    upcast[row], upcast[col] = 4, 16
-    config = space.default().replace(
-        upcast=tuple(upcast), order=(col, row), pack=(b_side,), ktile=ktile, cblock=cblock,
-        parallel=1 if threads > 1 else 0, threads=threads)
-    assert space.validate(config) is None, space.validate(config)
-    program = DEVICE.build(kernel, config)
-    entry = program.source.text[program.source.text.index("\nvoid "):]
     group, blocks = min(cblock, 13), 13
     rows = ktile or K
     assert f"pk{b_side}g = (float*)scratch(0, {group * rows * 16}*sizeof(float));" in entry
     # the group's blocks filled row by row across the group, before its column blocks run
     fill = entry.index(f"for (int pb{col} = g{col}*{group};")
-    assert entry.index(f"for (int r0 = 0;") < fill < \
+    assert entry.index("for (int r0 = 0;") < fill < \
         entry.index(f"for (int b{col} = g{col}*{group};") < entry.index(f"for (int b{row} = 0;")
     assert f"g{col} < {-(-blocks // group)};" in entry
     out = DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)

@@ -278,10 +278,8 @@ def _steps_on_own_pages(kernel: Kernel, target: Target, view, reduce_axes: list[
     ahead instead: a few blocks' worth, which stays in the caches.) A sliver that stays in L1
     (a first convolution's 27 steps) is re-read from there, few pages: the copy would only add
     (5-15% slower)."""
-    if not reduce_axes:
-        return False
     steps = prod(kernel.domain[kernel.n_out:])
-    return abs(view.strides[reduce_axes[-1]]) * itemsize >= cpu_model.PAGE and \
+    return _rows_on_own_pages(view, reduce_axes, itemsize) and \
         not cpu_model.fits(target.l1d, steps * columns * itemsize)
 
 

@@ -399,12 +399,11 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     nest += [f"  const int o{a} = b{a}*{upcast[a]};" for a in range(n_out)]
     nest += ["  " + line for line in dispatch]
     nest.append("}")
-    if streamed and group > 1:
-        nest += ["}"] + [f"  scratch_done({slot}, pk{i}g, {group * size}*sizeof({tname}));"
-                         for slot, i, tname, size in streamed_buffers] + ["}"]
-    elif streamed:
-        nest += [f"  scratch_done({slot}, pk{i}, {size}*sizeof({tname}));"
-                 for slot, i, tname, size in streamed_buffers] + ["}"]
+    if streamed:
+        grouped = "g" if group > 1 else ""  # the group's buffer, and the block loop inside it
+        nest += ["}"] * (group > 1) + [
+            f"  scratch_done({slot}, pk{i}{grouped}, {group * size}*sizeof({tname}));"
+            for slot, i, tname, size in streamed_buffers] + ["}"]
     if tiled:
         acc_type = d.type_name(reduce_node.dtype)
         size, tiles = math.prod(domain[:n_out]), math.ceil(red_sizes[0] / ktile)
