@@ -178,7 +178,7 @@ def test_the_default_packs_the_row_side_that_leaves_l2():
     size (matmul 1024: all of A, 4 MiB, with the column blocks outermost), or by crowding its
     sets (64x4096x4096: a k tile of 64 rows 16 KiB apart, 16 lines to a set of 8 ways). Not
     where they stay (a 3x3 convolution's 32x1152 weights), nor where the rows outermost keep
-    one row block's sliver (64x4096x256 on one thread, whose tile's column panel stays in
+    one row block's sliver (64x16384x256 on one thread, whose tile's column panel stays in
     L2; 64x4096x4096's, 4 MiB, does not: its column blocks are outermost, as on two
     threads)."""
     import dataclasses
@@ -201,9 +201,16 @@ def test_the_default_packs_the_row_side_that_leaves_l2():
     assert packed and config.get("ktile") == 256
     config, packed = row_side_packed(skinny, target)
     assert packed and config.get("order")[0] == gemm_axes(skinny)[1]
-    narrow = _last_kernel(Tensor(a) @ Tensor(b[:, :256].copy()))
+    deep = np.zeros((64, 16384), np.float32)
+    narrow = _last_kernel(Tensor(deep) @ Tensor(np.zeros((16384, 256), np.float32)))
     config, packed = row_side_packed(narrow, target)
-    assert not packed and config.get("order")[0] == gemm_axes(narrow)[0]
+    assert config.get("ktile") and not packed and config.get("order")[0] == gemm_axes(narrow)[0]
+    # without a k tile (64x4096x256: both slivers of the whole reduce stay in L2) the column
+    # blocks are outermost and the rows, all of A, stream past each: packed
+    shallow = _last_kernel(Tensor(a) @ Tensor(b[:, :256].copy()))
+    config, packed = row_side_packed(shallow, target)
+    assert not config.get("ktile") and packed
+    assert config.get("order")[0] == gemm_axes(shallow)[1]
     weight, im2col = np.zeros((32, 1152), np.float32), np.zeros((1152, 3136), np.float32)
     assert not row_side_packed(_last_kernel(Tensor(weight) @ Tensor(im2col)), target)[1]
 

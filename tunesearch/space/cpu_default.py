@@ -146,8 +146,8 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                              and row_copy(i)))
             unroll = 4
             # per column block the column sliver stays in L2 while the rows stream past
-            # it: both slivers of the whole reduce must fit there together
-            slivers = reduce_size * (upcast[col] + upcast[row]) * itemsize
+            # it: both slivers of the whole reduce must stay there together (BLIS's way
+            # count, as for the k tile in L1)
             first = col
             out_bytes = prod(domain[:n_out]) * itemsize
             column_bytes = out_bytes // domain[row] * reduce_size  # im2col's or B's size
@@ -155,7 +155,8 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                     target, prod(domain[a] for a in range(n_out) if a != col), out_bytes,
                     reduce_size * itemsize, column_bytes):
                 first, last_axis = None, col  # row blocks outermost: the output row by row
-            if not cpu_model.fits(target.l2, slivers):
+            if not cpu_model.stay_together(target.l2, reduce_size * upcast[col] * itemsize,
+                                           reduce_size * upcast[row] * itemsize):
                 # the tile keeps the sliver of the outer blocks resident in L1 beside the
                 # inner ones' (see _tiled_outer for which side is outer)
                 tile = model_ktile(kernel, target, Config.make(upcast=tuple(upcast)))

@@ -151,6 +151,15 @@ def holds(cache: Cache, nbytes: int) -> bool:
     return nbytes <= cache.size * (cache.ways - 1) // cache.ways
 
 
+def stay_together(cache: Cache, *slivers: int) -> bool:
+    """Whether slivers live at once in cache, each taking whole ways of the sets it spans,
+    with one way left for everything else (BLIS's condition for its blocks of A and B):
+
+        sum(ceil(bytes / W)) <= ways - 1,  W = sets * line"""
+    way = max(1, cache.size // (cache.ways * cache.line)) * cache.line
+    return sum(-(-nbytes // way) for nbytes in slivers) <= cache.ways - 1
+
+
 def k_tile(target: Target, block: RegisterBlock, itemsize: int = 4) -> int:
     """The reduce tile (BLIS's kc) for which the sliver of the outer blocks stays in L1 while
     the inner blocks' slivers stream past it. During one block's reduce its two slivers (rows
@@ -161,11 +170,9 @@ def k_tile(target: Target, block: RegisterBlock, itemsize: int = 4) -> int:
 
     The condition is the same whichever sliver stays. The largest power of two that meets
     it, at least 64: AVX2's 6x16 block on a 32 KiB 8-way L1 takes 2 + 4 ways at kc = 256."""
-    l1 = target.l1d
-    way = max(1, l1.size // (l1.ways * l1.line)) * l1.line
     kc = 1 << 16
-    while kc > 64 and (-(-block.rows * kc * itemsize // way)
-                       + -(-block.columns * kc * itemsize // way)) > l1.ways - 1:
+    while kc > 64 and not stay_together(target.l1d, block.rows * kc * itemsize,
+                                        block.columns * kc * itemsize):
         kc //= 2
     return kc
 

@@ -305,12 +305,12 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     chunked = reduce_node is not None and n_out and (not tiled or split == 1)
     if chunked:
         blk_at = "blk" + "".join(f"[l{a}]" for a in range(n_out))
+        if tiled:
+            body += ["if (!last) {", *vector_nest(lane_loops, f"n{n_out - 1}"),
+                     f"part[{part_idx}] = {acc_at}[0];", "}" * (n_out + 1), "} else {"]
         body.append(f"{acc_type} blk{acc_dims};")
         body += [unroll_lanes + " " + loop + " {" for loop in lane_loops]
         body += block_sum + [f"{blk_at} = red;", "}" * n_out]
-        if tiled:
-            body += ["if (!last) {", *vector_nest(lane_loops, f"n{n_out - 1}"),
-                     f"part[{part_idx}] = {blk_at};", "}" * (n_out + 1), "} else {"]
         body += vector_nest(lane_loops, f"n{n_out - 1}")
         body.append(f"{acc_type} red = {blk_at};")
     else:
