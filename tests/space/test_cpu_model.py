@@ -475,6 +475,27 @@ def test_a_contiguous_reduce_sums_several_outputs_at_once(level):
     np.testing.assert_allclose(got, w @ v, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("level", ["avx512", "avx2", "sse4"])
+def test_a_matrix_laid_across_the_reduce_puts_the_lanes_on_the_outputs(level):
+    """The same product with the matrix laid out [1024, 1000] (densenet121's classifier, a
+    1x1 convolution over a 1x1 map, reads its weight so): partial sums along the reduce would
+    gather it a lane at a time, so the lanes run over the outputs, along its rows, and the
+    reduce steps one by one; on this machine the result matches numpy."""
+    import numpy as np
+    from tunesearch import Tensor
+    target = LEVELS[level]
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((1024, 1000)).astype(np.float32)
+    v = rng.standard_normal((1024,)).astype(np.float32)
+
+    def product():
+        return (Tensor(v).reshape(1024, 1) * Tensor(w)).sum(0)
+    config = space_for(_last_kernel(product()), target).default()
+    assert config.get("split") == 1, config
+    assert config.get("upcast")[-1] >= target.lanes(4), config
+    np.testing.assert_allclose(product().numpy(), v @ w, rtol=1e-4, atol=1e-3)
+
+
 def test_a_streamed_panel_whose_steps_lie_pages_apart_is_filled_several_blocks_at_once():
     """The skinny 64x4096x4096: B's rows lie 16 KiB apart, and its panel is filled block by
     block under the column loop. The default fills several column blocks at once (cblock), as

@@ -187,8 +187,8 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                     _row_tile_leaves_l2(kernel, target, views[a_side], row, col, upcast,
                                         ktile, first):
                 pack = tuple(sorted(pack + (a_side,)))
-        elif inner_contig and (domain[-1] >= cpu_model.reduce_split(target, itemsize)
-                               or last is None):
+        elif inner_contig and not _reads_across(loads, last) and (
+                domain[-1] >= cpu_model.reduce_split(target, itemsize) or last is None):
             split = max(s for s in (1, 2, 4, 8, 16, 32)
                         if s <= min(domain[-1], cpu_model.reduce_split(target, itemsize)))
             unroll = 4
@@ -216,6 +216,16 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
         order = output_order(kernel)
     return dict(upcast=tuple(upcast), order=order, split=split, unroll=unroll, ktile=ktile,
                 pack=pack, cblock=cblock, group_tile=group_tile)
+
+
+def _reads_across(loads, last: int | None) -> bool:
+    """Whether an operand lies across the reduce: read with a stride along it and
+    contiguously along the last output axis (a matrix-vector product whose matrix is laid
+    out [reduce, outputs], as a 1x1 convolution over a 1x1 map reads its weight transposed).
+    Partial sums along the reduce would gather it a lane at a time (densenet121's classifier,
+    1024x1000: 6 GFLOPS); the vector lanes run over the outputs instead, each a row of it."""
+    return last is not None and any(v.strides[-1] not in (0, 1) and v.strides[last] == 1
+                                    for v in loads)
 
 
 def _rows_on_own_pages(view, reduce_axes: list[int], itemsize: int) -> bool:
