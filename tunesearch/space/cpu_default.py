@@ -91,7 +91,8 @@ def uneven_groups(blocks: int, group: int, threads: int) -> bool:
     """Whether `blocks` shared over `threads` as groups of `group` (cblock: the groups are what
     the threads share) leave the busiest thread more than UNEVEN_SHARE above its share of
     single blocks: 262 column blocks in groups of 8 on two threads take 136 and 126."""
-    busiest = min(-(-(-(-blocks // group)) // threads) * group, blocks)
+    groups = -(-blocks // group)
+    busiest = min(-(-groups // threads) * group, blocks)
     return busiest > -(-blocks // threads) * (1 + UNEVEN_SHARE)
 
 

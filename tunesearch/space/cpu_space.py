@@ -344,4 +344,3 @@ class CPUSpace(Space):
         """The default derived from the target model (see cpu_default.py)."""
         return cpu_default.default_config(self.kernel, self.target, self._upcast_choices,
                                           self.constants)
-
