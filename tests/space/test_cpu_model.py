@@ -424,6 +424,55 @@ def test_outer_blocks_that_share_unevenly_share_the_next_loop_too():
     assert not cpu_default.uneven_share(33, 2) and not cpu_default.uneven_share(17, 1)
 
 
+@pytest.mark.parametrize("level", ["avx512", "avx2", "sse4"])
+def test_a_weight_whose_rows_lie_lines_apart_is_packed_once(level):
+    """resnet50's 3x3 convolutions over 28x28 maps as a matmul: the weight (128x1152, rows 4.5
+    KiB apart) is the row side. Where the plan knows it is a weight (packed once, when it is
+    built) the default reads it as a panel, one stream, instead of a line per row of the block
+    at every step; the same matmul whose first operand comes with each call reads it in place
+    (its copy would be made per call, and these rows stay in L2). A weight whose rows are
+    closer than a line (8 floats a row) stays as it is."""
+    import numpy as np
+    from tunesearch import Tensor
+    target = dataclasses.replace(LEVELS[level], l1d=Cache(32 << 10, 8), l2=Cache(1 << 20, 8))
+
+    def pack(m, k, n, constants):
+        kernel = _last_kernel(Tensor(np.zeros((m, k), np.float32))
+                              @ Tensor(np.zeros((k, n), np.float32)))
+        row, col, b_side = gemm_axes(kernel)
+        a_side = 3 - b_side
+        space = space_for(kernel, target, constants)
+        config = space.default()
+        assert space.validate(config) is None
+        return a_side in config.get("pack"), a_side
+
+    _, a_side = pack(128, 1152, 784, frozenset())
+    assert pack(128, 1152, 784, frozenset({a_side})) == (True, a_side)
+    assert pack(128, 1152, 784, frozenset()) == (False, a_side)
+    assert pack(128, 8, 784, frozenset({a_side})) == (False, a_side)
+
+
+def test_a_column_sliver_that_l1_holds_is_read_in_place_though_its_steps_lie_pages_apart():
+    """An im2col copy as the column side, its rows (the reduce steps) 49 KiB apart: the first
+    7x7 convolution's 147 steps of 48 columns (28 KiB) stay in a 32 KiB L1 in all its ways but
+    one, beside the weight's panel, and are re-read there by every row block: no copy. A 3x3
+    convolution's 1152 steps (216 KiB) would be re-read from L2 at a page a step: packed."""
+    import numpy as np
+    from tunesearch import Tensor
+    target = dataclasses.replace(LEVELS["avx512"], threads=1, l1d=Cache(32 << 10, 8),
+                                 l2=Cache(1 << 20, 8))
+
+    def packs(m, k, n):
+        kernel = _last_kernel(Tensor(np.zeros((m, k), np.float32))
+                              @ Tensor(np.zeros((k, n), np.float32)))
+        row, col, b_side = gemm_axes(kernel)
+        config = space_for(kernel, target, frozenset({3 - b_side})).default()
+        assert config.get("upcast")[col] == 48, config
+        return b_side in config.get("pack")
+    assert not packs(64, 147, 12544)
+    assert packs(128, 1152, 12544)
+
+
 @pytest.mark.parametrize("level", ["avx512", "avx2"])
 def test_windows_read_in_place_take_whole_vectors_and_a_tail_block(level):
     """A convolution reading its windows in place over rows of 56 columns (3.5 vectors at
