@@ -146,6 +146,14 @@ def _last_kernel(tensor):
     return create_schedule([tensor.node])[-1].kernel
 
 
+def _matmul(m: int, k: int, n: int):
+    """The kernel of an m x k by k x n matmul of float32 zeros."""
+    import numpy as np
+    from tunesearch import Tensor
+    return _last_kernel(Tensor(np.zeros((m, k), np.float32))
+                        @ Tensor(np.zeros((k, n), np.float32)))
+
+
 def test_the_default_packs_the_column_side_where_the_panel_pays():
     """Matmul 1024: B's rows are 4 KiB apart and crowd into 16 of L2's sets: packed. A 1x1
     convolution over 56x56 positions: the input's channel rows are 196 lines apart and
@@ -432,15 +440,11 @@ def test_a_weight_whose_rows_lie_lines_apart_is_packed_once(level):
     at every step; the same matmul whose first operand comes with each call reads it in place
     (its copy would be made per call, and these rows stay in L2). A weight whose rows are
     closer than a line (8 floats a row) stays as it is."""
-    import numpy as np
-    from tunesearch import Tensor
     target = dataclasses.replace(LEVELS[level], l1d=Cache(32 << 10, 8), l2=Cache(1 << 20, 8))
 
     def pack(m, k, n, constants):
-        kernel = _last_kernel(Tensor(np.zeros((m, k), np.float32))
-                              @ Tensor(np.zeros((k, n), np.float32)))
-        row, col, b_side = gemm_axes(kernel)
-        a_side = 3 - b_side
+        kernel = _matmul(m, k, n)
+        a_side = 3 - gemm_axes(kernel)[2]
         space = space_for(kernel, target, constants)
         config = space.default()
         assert space.validate(config) is None
@@ -457,15 +461,12 @@ def test_a_column_sliver_that_l1_holds_is_read_in_place_though_its_steps_lie_pag
     7x7 convolution's 147 steps of 48 columns (28 KiB) stay in a 32 KiB L1 in all its ways but
     one, beside the weight's panel, and are re-read there by every row block: no copy. A 3x3
     convolution's 1152 steps (216 KiB) would be re-read from L2 at a page a step: packed."""
-    import numpy as np
-    from tunesearch import Tensor
     target = dataclasses.replace(LEVELS["avx512"], threads=1, l1d=Cache(32 << 10, 8),
                                  l2=Cache(1 << 20, 8))
 
     def packs(m, k, n):
-        kernel = _last_kernel(Tensor(np.zeros((m, k), np.float32))
-                              @ Tensor(np.zeros((k, n), np.float32)))
-        row, col, b_side = gemm_axes(kernel)
+        kernel = _matmul(m, k, n)
+        _, col, b_side = gemm_axes(kernel)
         config = space_for(kernel, target, frozenset({3 - b_side})).default()
         assert config.get("upcast")[col] == 48, config
         return b_side in config.get("pack")
@@ -552,16 +553,13 @@ def test_a_streamed_panel_whose_steps_lie_pages_apart_is_filled_several_blocks_a
     block's panel of the whole reduce leaves no room for two. The groups share evenly over the
     threads; B's rows closer than a page (1000 columns), a weight (packed once by the plan)
     and a panel filled whole ahead (the row blocks outermost) take none."""
-    import numpy as np
-    from tunesearch import Tensor
     xeon = dict(l1d=Cache(48 << 10, 12), l2=Cache(2 << 20, 16))
     zen3 = dict(l1d=Cache(32 << 10, 8), l2=Cache(512 << 10, 8))
 
     def default(m, k, n, level, caches, threads=1, constants=frozenset()):
         target = dataclasses.replace(LEVELS[level], threads=threads, fork_join_s=1e-6,
                                      **caches)
-        kernel = _last_kernel(Tensor(np.zeros((m, k), np.float32))
-                              @ Tensor(np.zeros((k, n), np.float32)))
+        kernel = _matmul(m, k, n)
         config = space_for(kernel, target, constants).default()
         assert space_for(kernel, target, constants).validate(config) is None
         return kernel, target, config

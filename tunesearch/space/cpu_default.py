@@ -334,12 +334,16 @@ def _weight_rows_apart(kernel: Kernel, target: Target, view, row: int, col: int,
     floats a row, 8-12 rows a block) 7-17% faster each, their models' changed kernels 3-4% on
     one thread and 2-4% on two, shufflenet's 10% and inception_v2's 6% on one thread, 1% at
     AVX2 (resnet50); those over 56x56 maps (rows 64-256 floats) and the direct 3x3
-    convolutions within +-4%. Only where more than one column block reads the rows."""
-    strides = view.strides
+    convolutions within +-4%."""
     itemsize = kernel.buffers[0].dtype.itemsize
-    return view.mask is None and strides[col] == 0 and \
-        abs(strides[row]) * itemsize >= target.l1d.line and \
-        kernel.domain[col] > upcast[col]
+    return _rows_read_again(kernel, view, col, upcast) and \
+        abs(view.strides[row]) * itemsize >= target.l1d.line
+
+
+def _rows_read_again(kernel: Kernel, view, col: int, upcast: list[int]) -> bool:
+    """Whether view is an unmasked row side (constant along the columns) that more than one
+    column block reads again: the only case where packing it can change what is read."""
+    return view.mask is None and view.strides[col] == 0 and kernel.domain[col] > upcast[col]
 
 
 def _rows_across_lines(view, row: int, col: int, reduce_axes: list[int]) -> bool:
@@ -378,8 +382,8 @@ def _row_tile_leaves_l2(kernel: Kernel, target: Target, view, row: int, col: int
     run = prod(domain[n_out:]) if not ktile else ktile * prod(domain[n_out + 1:])
     contiguous = strides[-1] == 1 and all(
         strides[a] == strides[a + 1] * domain[a + 1] for a in range(n_out, len(domain) - 1))
-    if view.mask is not None or not contiguous or strides[col] != 0 \
-            or strides[row] in (0, 1) or domain[col] <= upcast[col]:
+    if not contiguous or strides[row] in (0, 1) or \
+            not _rows_read_again(kernel, view, col, upcast):
         return False
     rows = domain[row] if first == col else upcast[row]
     itemsize = kernel.buffers[0].dtype.itemsize
