@@ -30,16 +30,20 @@ def test_channels_on_lanes_match_onnxruntime(k, groups, cout):
     assert matmul.domain[matmul.n_out - 2:matmul.n_out] == (size * size, cout // groups)
 
 
-def _conv_model(cin, cout, k, width, groups=1, dilation=1, height=3):
+def _conv_model(cin, cout, k, width, groups=1, dilation=1, height=3, strides=(1, 1)):
+    """A convolution (padded to keep the map's size at stride 1) and a ReLU; width and height
+    are the output's."""
     w = (RNG.standard_normal((cout, cin // groups, k, k)) * 0.2).astype(np.float32)
     b = RNG.standard_normal(cout).astype(np.float32)
     pad = dilation * (k // 2)
+    in_size = [(o - 1) * s + dilation * (k - 1) + 1 - 2 * pad
+               for o, s in zip((height, width), strides)]
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, group=groups,
-                              dilations=[dilation] * 2),
+                              dilations=[dilation] * 2, strides=list(strides)),
              helper.make_node("Relu", ["c"], ["y"])]
     graph = helper.make_graph(
         nodes, "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, height, width])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, *in_size])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, height, width])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
@@ -114,3 +118,44 @@ def test_few_channel_rows_with_an_odd_tail_read_the_windows_in_place():
 def test_rows_of_fewer_vectors_go_through_an_im2col_copy(channels):
     cout = _channels(channels)
     _runs_through_an_im2col_copy(cout, _row_columns(cout) - 1, seed=4)
+
+
+@pytest.mark.parametrize("k,groups,dilation", [(7, 1, 1), (5, 2, 2)])
+def test_strided_wide_rows_read_a_copy_by_kernel_column_and_match_onnxruntime(k, groups, dilation):
+    """A convolution of stride 2 whose kernel spans at least twice the stride (resnet50's first
+    7x7) over wide output rows: the padded input, its copy by kernel column (each input row
+    once per kernel column, not once per tap as im2col's), then one reduce over channel x
+    kernel reading that copy's rows in place (runs that start on a cache line)."""
+    cout, height = 16, 5
+    width = _row_columns(cout // groups) + max(1, _lanes() // 2)
+    proto = _conv_model(4, cout, k, width, groups, dilation, height, strides=(2, 2))
+    kernels = _kernels_matching_onnxruntime(proto, 6)
+    assert len(kernels) == 3, [kernel.name for kernel in kernels]
+    pad, runs, conv = kernels
+    rows = (height - 1) * 2 + dilation * (k - 1) + 1
+    # each run padded to whole cache lines
+    from tunesearch.runtime.device import get_device
+    per_line = get_device("cpu").info().target.l1d.line // 4
+    assert runs.n_reduce == 0 and runs.domain == (1, 4, rows, k, -(-width // per_line) * per_line)
+    assert conv.n_reduce == 3 and conv.domain[conv.n_out - 2:] == (height, width, 4 // groups, k, k)
+
+
+def test_a_stride_down_the_columns_only_reads_the_windows_in_place():
+    """Stride 2 between rows, 1 along them: a row of windows is still a run of the padded
+    input, read in place with no copy of it."""
+    width = _row_columns(6) + max(1, _lanes() // 2)
+    kernels = _kernels_matching_onnxruntime(
+        _conv_model(4, 6, 3, width, height=4, strides=(2, 1)), 7)
+    conv = next(kernel for kernel in kernels if kernel.n_reduce)
+    assert conv.n_reduce == 3 and conv.domain[conv.n_out - 2:] == (4, width, 4, 3, 3)
+    assert len(kernels) == 2, [kernel.name for kernel in kernels]
+
+
+def test_a_stride_as_long_as_half_the_kernel_goes_through_an_im2col_copy():
+    """A 3x3 convolution of stride 2 (squeezenet's first): a copy by kernel column would hold
+    two thirds of im2col's, and the matmul over the im2col copy ran faster."""
+    width = _row_columns(6) + max(1, _lanes() // 2)
+    kernels = _kernels_matching_onnxruntime(
+        _conv_model(4, 6, 3, width, height=3, strides=(2, 2)), 8)
+    conv = next(kernel for kernel in kernels if kernel.n_reduce)
+    assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (3 * width, 4 * 9)

@@ -1,11 +1,13 @@
-"""Tensor.windows against numpy's sliding windows (strides, dilations, pads, pad value), and
-Tensor.materialize: one buffer that the kernels reading a value share."""
+"""Tensor.windows against numpy's sliding windows (strides, dilations, pads, pad value),
+Tensor.as_strided against numpy's as_strided, and Tensor.materialize: one buffer that the
+kernels reading a value share."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from tunesearch import Tensor
+from tunesearch.errors import ShapeError
 from tunesearch.graph.schedule import create_schedule
 
 
@@ -63,3 +65,23 @@ def test_windows_that_only_leave_out_the_last_elements_read_the_input_in_place()
     # one that pads still writes the padded input once
     padded = t.windows((3, 3), (2, 2), (1, 1), [(1, 1), (1, 1)], [3, 3]) * 2.0
     assert len(create_schedule([padded.node])) == 2
+
+
+def test_as_strided_reads_like_numpy_from_the_buffer_or_from_one_copy():
+    """A view with numpy's as_strided semantics over the value laid out contiguously: read
+    from the input's own buffer where it is one, else from one copy of the value (a permuted
+    view is written out in its own order first); a view past the end is refused."""
+    x = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)
+    shape, strides = (3, 4, 2), (5, 1, 3)  # overlapping reads, in elements
+    want = np.lib.stride_tricks.as_strided(x, shape, [s * 4 for s in strides])
+    view = Tensor(x, device="cpu").as_strided(shape, strides)
+    items = create_schedule([(view * 1.0).node])
+    assert len(items) == 1 and items[0].inputs[0].realized.size == x.size
+    np.testing.assert_array_equal(view.numpy(), want)
+    xt = np.ascontiguousarray(x.T)
+    permuted = Tensor(x, device="cpu").permute(1, 0).as_strided(shape, strides)
+    assert len(create_schedule([(permuted * 1.0).node])) == 2  # the transpose, then the view
+    np.testing.assert_array_equal(
+        permuted.numpy(), np.lib.stride_tricks.as_strided(xt, shape, [s * 4 for s in strides]))
+    with pytest.raises(ShapeError, match="outside its 20 elements"):
+        Tensor(x, device="cpu").as_strided((4, 5), (5, 2))  # its last read: element 23

@@ -82,8 +82,11 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
     elif all(k == 1 for k in kernel):
         cols = cols.reshape(batch, groups, 1, cig, positions)
         out = (cols * _weight(ctx, w, (1, groups, rc, cig, 1))).sum(3)
-    elif _direct(ctx, x, cig, rc, outs, strides):
-        # the windows read in place: a row of them is a run of the padded input
+    elif _direct(ctx, x, cig, rc, outs, strides, kernel):
+        # the windows read in place: a row of them is a run of the padded input, or of its
+        # copy by kernel column where the windows step along the rows by more than one
+        if strides[-1] > 1:
+            cols = _column_runs(ctx, x, kernel, strides, dilations, pads, outs)
         cols = cols.reshape(batch, groups, 1, cig, *outs, *kernel)
         weight = _weight(ctx, w, (1, groups, rc, cig, *([1] * n), *kernel))
         out = (cols * weight).sum((3, *range(4 + n, 4 + 2 * n)))
@@ -114,12 +117,17 @@ FEW_CHANNELS_ROW_VECTORS = 3
 FEW_CHANNELS_VECTORS = 4
 
 
-def _direct(ctx, x: Tensor, cig: int, rc: int, outs: list[int], strides) -> bool:
+def _direct(ctx, x: Tensor, cig: int, rc: int, outs: list[int], strides,
+            kernel: tuple[int, ...]) -> bool:
     """Whether a 2-d convolution runs as one reduce over the windows read in place (no
-    im2col copy): on a CPU, with stride 1 (a row of windows is a contiguous run of the
-    padded input, the vector lanes), where an output row spans at least DIRECT_ROW_VECTORS
-    vectors. The register block is then a few output channels by whole vectors of a row, a
-    tail block taking the rest, an odd rest shifted back to whole vectors
+    im2col copy): on a CPU, where an output row spans at least DIRECT_ROW_VECTORS vectors.
+    With stride 1 along the rows a row of windows is a contiguous run of the padded input,
+    the vector lanes; with a longer stride it is one of the padded input's copy by kernel
+    column (_column_runs), where that copy is at most half the size of im2col's (its kernel
+    spans at least twice its stride down the columns: the first 7x7 convolution of stride 2
+    of resnet50, densenet121 and inception_v1, whose copy is 3.5 times the input against
+    im2col's 12). The register block is then a few output channels by whole vectors of a
+    row, a tail block taking the rest, an odd rest shifted back to whole vectors
     (render/block_calls.py shifted_tails). Shorter rows leave the lanes part empty and the
     blocks small: a 3x3 convolution over 112 columns ran 2x faster so than its im2col copy
     and matmul (AVX-512), over 56 columns 1.3-1.7x (AVX2), but over 28 columns 0.9x (AVX2,
@@ -129,8 +137,13 @@ def _direct(ctx, x: Tensor, cig: int, rc: int, outs: list[int], strides) -> bool
     read in place too: over 56 columns at AVX-512 (3.5 vectors) 32 channels ran 1.2x faster
     so, 64 channels 1.16x, 128 channels 1.0x; over 28 columns at AVX2 32 channels 1.13x, 64
     channels 0.97x; over 55 columns at AVX-512 (squeezenet's 64 channels, the tail shifted)
-    the same, to 3% faster on two threads."""
-    if cig == 1 or len(outs) != 2 or any(s != 1 for s in strides):
+    the same, to 3% faster on two threads. The 7x7 convolutions of stride 2 (3 channels to
+    64 over 112x112) took 2.2 instead of 4.4 ms with their copies on one thread (AVX-512
+    Xeon), 2.7 instead of 4.4 at AVX2; squeezenet's 3x3 of stride 2 (a copy two thirds of
+    im2col's) 0.66 against 0.54 ms, so it keeps the im2col copy."""
+    if cig == 1 or len(outs) != 2:
+        return False
+    if strides[-1] > 1 and kernel[0] < 2 * strides[0]:
         return False
     target = get_device(ctx.device).info().target
     if target.family != "cpu":
@@ -139,6 +152,30 @@ def _direct(ctx, x: Tensor, cig: int, rc: int, outs: list[int], strides) -> bool
     if outs[-1] >= DIRECT_ROW_VECTORS * lanes:
         return True
     return rc <= FEW_CHANNELS_VECTORS * lanes and outs[-1] >= FEW_CHANNELS_ROW_VECTORS * lanes
+
+
+def _column_runs(ctx, x: Tensor, kernel, strides, dilations, pads, outs) -> Tensor:
+    """The windows of a 2-d convolution that steps along its rows by more than one, shaped
+    as Tensor.windows's (batch, channels, out rows, out columns, kernel rows, kernel
+    columns), read from a copy of the padded input laid out [channel, input row, kernel
+    column, output column]: entry (c, y, j, o) is the padded input's (c, y, o * stride + j *
+    dilation). A row of windows for one kernel tap is then a contiguous run of the copy (the
+    vector lanes), as a stride-1 convolution's is of the input itself; the copy holds every
+    input row once per kernel column, where im2col holds it once per kernel tap it meets.
+    Each run starts on a cache line (padded with zeros to whole lines), so a register
+    block's columns take as few lines at every step as the columns need: zfnet512's runs of
+    109 columns, unaligned, made the default pack them on every call (1.2x slower)."""
+    (oy, ox), (ky, kx), (sy, _), (dy, _) = outs, kernel, strides, dilations
+    batch, cin = x.shape[:2]
+    per_line = get_device(ctx.device).info().target.l1d.line // x.dtype.itemsize
+    width = -(-ox // per_line) * per_line  # a run with its padding
+    rows = (oy - 1) * sy + (ky - 1) * dy + 1  # the padded input's rows the windows read
+    runs = x.windows([1, kx], [1, strides[1]], [1, dilations[1]], pads, [rows, ox])
+    runs = runs.reshape(batch, cin, rows, ox, kx).permute(0, 1, 2, 4, 3)
+    runs = runs.pad([(0, 0)] * 4 + [(0, width - ox)])
+    line = kx * width  # one input row's runs
+    return runs.as_strided([batch, cin, oy, ox, ky, kx],
+                           [cin * rows * line, rows * line, sy * line, 1, dy * line, width])
 
 
 def _channels_on_lanes(channels: int, positions: int) -> bool:

@@ -161,13 +161,31 @@ class MovementMixin:
                                              zip(pads, extent, spatial)]
         # a pad that only shrinks: the windows lie inside the input as it is
         padded = self if all(lo == 0 and hi <= 0 for lo, hi in pad) else self.pad(pad, value)
-        backing = backing_node(padded.node) or padded.node
         shape = padded.shape
         step = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-        view = View.make(list(shape[:-n]) + list(outs) + list(kernel),
-                         step[:-n] + [s * st for s, st in zip(strides, step[-n:])] +
-                         [d * st for d, st in zip(dilations, step[-n:])])
-        return type(self)(lazy.load(backing, view))
+        return padded.as_strided(list(shape[:-n]) + list(outs) + list(kernel),
+                                 step[:-n] + [s * st for s, st in zip(strides, step[-n:])] +
+                                 [d * st for d, st in zip(dilations, step[-n:])])
+
+    def as_strided(self, shape: Sequence[int], strides: Sequence[int]) -> "Tensor":
+        """A view of this value laid out contiguously (row-major, as its shape says): element
+        i of the result is element sum(i * strides) of that layout, as numpy's as_strided
+        reads. The value is read from its own buffer where it is one unchanged, else written to
+        a buffer of its own first (one copy); the view itself copies nothing.
+
+            >>> Tensor(np.arange(6.0)).as_strided([2, 3], [2, 1]).numpy()
+            array([[0., 1., 2.],
+                   [2., 3., 4.]], dtype=float32)
+        """
+        if len(shape) != len(strides):
+            raise _err("as_strided", [self.shape], f"shape {list(shape)} and strides "
+                       f"{list(strides)} differ in length")
+        last = sum((s - 1) * abs(st) for s, st in zip(shape, strides))
+        if any(st < 0 for st in strides) or (math.prod(shape) and last >= self.numel()):
+            raise _err("as_strided", [self.shape], f"shape {list(shape)} with strides "
+                       f"{list(strides)} reads outside its {self.numel()} elements")
+        backing = backing_node(self.node) or self.node
+        return type(self)(lazy.load(backing, View.make(list(shape), list(strides))))
 
     def __getitem__(self, index) -> "Tensor":
         from tunesearch.tensor.index import getitem
