@@ -599,3 +599,25 @@ def test_a_streamed_panel_whose_steps_lie_pages_apart_is_filled_several_blocks_a
     kernel, _, _ = default(64, 4096, 4096, "avx2", xeon)
     config = default(64, 4096, 4096, "avx2", xeon, constants=frozenset([b_side]))[2]
     assert config.get("cblock", 1) == 1 and config.get("ktile") == 0, config
+
+
+def test_rows_that_stay_in_l2_alone_but_not_beside_a_column_sliver_take_a_k_tile():
+    """resnet50's 3x3 convolutions over 7x7 maps as a matmul (49 positions by 4608 by 512
+    channels, the weight the column side): every column block reads all 49 rows again, 0.9
+    MiB, which a 2 MiB L2 keeps alone but not beside a column block's sliver of the whole
+    reduce (1.2 MiB): the largest k tile for which both stay (1024). Not where they stay
+    untiled (its 1x1 convolutions, 1024 deep), nor where the rows alone leave L2 (196 rows of
+    2304: they stream from L3 as a panel either way)."""
+    target = dataclasses.replace(LEVELS["avx512"], threads=1, l2=Cache(2 << 20, 16))
+
+    def tile(m, k, n):
+        kernel = _matmul(m, k, n)
+        _, col, b_side = gemm_axes(kernel)
+        space = space_for(kernel, target, frozenset({b_side}))
+        config = space.default()
+        assert space.validate(config) is None
+        assert config.get("order")[0] == col  # the column blocks outermost
+        return config.get("ktile")
+    assert tile(49, 4608, 512) == 1024
+    assert tile(49, 1024, 2048) == 0
+    assert tile(196, 2304, 256) == 0
