@@ -261,17 +261,18 @@ def test_a_short_reduce_with_many_output_rows_writes_them_row_block_by_row_block
     outermost and the positions innermost. Not where the reduce is long (a 64-deep 1x1
     convolution to 256 channels), the rows few (16 channels), the output small enough for L2
     (512 positions), or where the column side read again per row block would not stay in L3
-    beside the output (224x224 positions)."""
+    beside the output (224x224 positions). A long reduce too where the column side stays in L2
+    (the 64-deep 1x1 convolution beside a 2 MiB L2)."""
     import dataclasses
     import numpy as np
     from tunesearch import Tensor
     target = dataclasses.replace(LEVELS["avx2"], l3=Cache(32 << 20, 16, shared_by=2))  # Zen 3
 
-    def order(rows, reduce, cols):
+    def order(rows, reduce, cols, on=target):
         kernel = _last_kernel(Tensor(np.zeros((rows, reduce), np.float32))
                               @ Tensor(np.zeros((reduce, cols), np.float32)))
         row, col, _ = gemm_axes(kernel)
-        config = space_for(kernel, target).default()
+        config = space_for(kernel, on).default()
         return config.get("order"), row, col
 
     got, row, col = order(64, 27, 12321)
@@ -286,6 +287,13 @@ def test_a_short_reduce_with_many_output_rows_writes_them_row_block_by_row_block
     assert not cpu_model.writes_scatter(target, 33, mib, 129, mib)  # the FMAs hide the misses
     # the column side read again per row block would come from DRAM: vgg19's first conv
     assert not cpu_model.writes_scatter(target, 64, 12 * mib, 108, 5 * mib)
+    # at any reduce where the column side stays in L2: the 64-deep 1x1 convolution's 0.8 MiB
+    # of input beside a 2 MiB L2 (the AVX-512 Xeon), re-read from there by every row block
+    xeon = dataclasses.replace(target, l2=Cache(2 << 20, 16))
+    got, row, col = order(256, 64, 3136, on=xeon)
+    assert got[0] == row and got[1] == col
+    assert cpu_model.writes_scatter(xeon, 33, 4 * mib, 4096, mib)
+    assert not cpu_model.writes_scatter(xeon, 33, 4 * mib, 4096, mib + 1)
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -231,8 +231,8 @@ SHORT_REDUCE_LINES = 2
 
 def writes_scatter(target: Target, lines_per_step: int, output_bytes: int, reduce_bytes: int,
                    column_bytes: int) -> bool:
-    """Whether a short reduce's output is better written row block by row block than column
-    block by column block.
+    """Whether a matmul's output is better written row block by row block than column block
+    by column block.
 
     With the column blocks outermost (BLIS's order) every column step writes one line into
     each of `lines_per_step` output rows: as many write streams, each line a miss to fetch for
@@ -247,10 +247,18 @@ def writes_scatter(target: Target, lines_per_step: int, output_bytes: int, reduc
     than one miss that waits. The memory latency that sets this limit is not in the target
     model (no CPU reports it), so the limit is in lines. On Zen 3, inside models, row blocks
     outermost ran 1.4-2.3x faster at reduces of 6 and 27 floats, the same at 16 and 34, and
-    35% slower at 64."""
-    return lines_per_step > PREFETCH_STREAMS and not fits(target.l2, output_bytes) and \
-        reduce_bytes <= SHORT_REDUCE_LINES * target.l1d.line and \
-        fits(target.l3, column_bytes + output_bytes)
+    35% slower at 64 (its column side, 0.8 MiB, left the 512 KiB L2). Where the whole column
+    side stays in L2 the re-reads come from there, at any reduce: on the AVX-512 Xeon (2 MiB
+    L2), in the plan's order, resnet50's 1x1 convolutions of 64 channels into 256 over 56x56
+    maps (0.8 MiB of input, 3.1 MiB of output) 1.4-1.6x faster so where they read the
+    residual beside the output, 10% slower where they do not (its projection, one thread;
+    faster on two), and its five others that change (128-256 channels into 512 over 28x28
+    maps) 5-10%: 8.5 -> 7.5 ms on one thread, 5.1 -> 4.2 on two, 13.8 -> 10.5 and 7.4 -> 6.0
+    at AVX2."""
+    return lines_per_step > PREFETCH_STREAMS and not fits(target.l2, output_bytes) and (
+        fits(target.l2, column_bytes) or (
+            reduce_bytes <= SHORT_REDUCE_LINES * target.l1d.line and
+            fits(target.l3, column_bytes + output_bytes)))
 
 
 def reduce_split(target: Target, itemsize: int = 4) -> int:
