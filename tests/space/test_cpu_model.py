@@ -629,3 +629,27 @@ def test_rows_that_stay_in_l2_alone_but_not_beside_a_column_sliver_take_a_k_tile
     assert tile(49, 4608, 512) == 1024
     assert tile(49, 1024, 2048) == 0
     assert tile(196, 2304, 256) == 0
+
+
+@pytest.mark.parametrize("level", ["avx512", "avx2", "sse4"])
+def test_a_weight_on_the_column_side_is_packed_once_for_every_row_block(level):
+    """resnet50's 1x1 convolutions over 14x14 maps as a matmul (196 positions by 1024 by 256
+    channels, the weight the column side, its rows 1 KiB apart): packed where the plan knows
+    it is a weight (made once, when the plan is built), at every ISA level; at AVX-512, whose
+    blocks of 64 columns are whole cache lines, read in place where it comes with each call
+    (a copy per call would not pay there); not where one row block reads it all."""
+    target = dataclasses.replace(LEVELS[level], threads=1, l1d=Cache(48 << 10, 12),
+                                 l2=Cache(2 << 20, 16))  # the Xeon's
+
+    def packed(m, constant):
+        kernel = _matmul(m, 1024, 256)
+        _, col, b_side = gemm_axes(kernel)
+        space = space_for(kernel, target, frozenset({b_side} if constant else ()))
+        config = space.default()
+        assert space.validate(config) is None
+        return b_side in config.get("pack"), config.get("upcast")
+    weight_packed, (rows, _) = packed(196, constant=True)
+    assert weight_packed
+    if level == "avx512":
+        assert not packed(196, constant=False)[0]
+    assert not packed(rows, constant=True)[0]  # one row block
