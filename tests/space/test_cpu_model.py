@@ -361,7 +361,8 @@ def test_the_default_packs_a_column_side_whose_steps_lie_pages_apart():
     under the column blocks outermost); where it stays there (a first convolution's 27 steps),
     or the rows lie closer than a page and the block's runs cover whole lines (AVX-512's
     48 or 64 columns; AVX2's 24 straddle them, and cpu_model.panel_pays packs those), it reads
-    it in place."""
+    it in place, unless they lie half a page apart or more and enough row blocks read it
+    (HALF_PAGE_PACK_READS)."""
     import numpy as np
     from tunesearch import Tensor
 
@@ -375,8 +376,9 @@ def test_the_default_packs_a_column_side_whose_steps_lie_pages_apart():
 
     assert column_side_packed(128, 1152, 3136) == (True, True)    # 12 KiB a step, 1152 steps
     assert column_side_packed(16, 27, 1024)[0] is False            # 27 steps stay in L1
-    # 4032 bytes a step
-    assert column_side_packed(128, 1152, 1008, "avx512")[0] is False
+    # 4032 bytes a step: 8 row blocks read in place, 16 packed
+    assert column_side_packed(64, 1152, 1008, "avx512")[0] is False
+    assert column_side_packed(128, 1152, 1008, "avx512")[0] is True
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -422,16 +424,17 @@ def test_an_outer_loop_of_one_block_shares_the_next_over_the_threads():
 
 
 def test_outer_blocks_that_share_unevenly_share_the_next_loop_too():
-    """A 1x1 convolution over 28x28 positions (resnet50's 128 channels, a 512-deep reduce) in
-    48-column blocks: 17 column blocks give one thread 9 and the other 8, so the threads share
-    the column and row loops collapsed; over 768 positions (16 blocks) the column loop alone."""
+    """A 1x1 convolution over 28x28 positions (64 channels, a 512-deep reduce, its input read
+    in place) in 48-column blocks: 17 column blocks give one thread 9 and the other 8, so the
+    threads share the column and row loops collapsed; over 768 positions (16 blocks) the
+    column loop alone."""
     import numpy as np
     from tunesearch import Tensor
     # a Sapphire Rapids core's caches: B's slivers stay in L2, read in place
     target = dataclasses.replace(LEVELS["avx512"], fork_join_s=1e-6, l1d=Cache(48 << 10, 12),
                                  l2=Cache(2 << 20, 16), l3=Cache(105 << 20, 15, shared_by=56))
     for positions, parallel in ((784, 2), (768, 1)):
-        w, x = np.zeros((128, 512), np.float32), np.zeros((512, positions), np.float32)
+        w, x = np.zeros((64, 512), np.float32), np.zeros((512, positions), np.float32)
         config = space_for(_last_kernel(Tensor(w) @ Tensor(x)), target).default()
         order, upcast = config.get("order"), config.get("upcast")
         assert (order[0], upcast[order[0]], config.get("pack")) == (1, 48, ()), config
@@ -653,3 +656,22 @@ def test_a_weight_on_the_column_side_is_packed_once_for_every_row_block(level):
     if level == "avx512":
         assert not packed(196, constant=False)[0]
     assert not packed(rows, constant=True)[0]  # one row block
+
+
+def test_a_column_sliver_whose_steps_lie_half_a_page_apart_is_packed_where_many_row_blocks_read_it():
+    """A 3x3 convolution over a 28x28 map as a matmul: its im2col copy's rows (the reduce
+    steps) lie 3 KiB apart, one or two to a page, and a sliver of 1152 steps leaves L1. With
+    128 output channels (16 row blocks of 8) the panel, made on every call, is packed; with
+    64 (8 row blocks) the copy is not read often enough and the sliver is read in place."""
+    target = dataclasses.replace(LEVELS["avx512"], threads=1, l1d=Cache(48 << 10, 12),
+                                 l2=Cache(2 << 20, 16))  # the Xeon's
+    assert cpu_default.HALF_PAGE_PACK_READS == 16
+
+    def packed(m, k, n):
+        kernel = _matmul(m, k, n)
+        row, col, b_side = gemm_axes(kernel)
+        config = space_for(kernel, target, frozenset({3 - b_side})).default()
+        assert config.get("upcast")[row] == 8 and config.get("order")[0] == col, config
+        return b_side in config.get("pack")
+    assert packed(128, 1152, 784)
+    assert not packed(64, 1152, 784)
