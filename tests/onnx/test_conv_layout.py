@@ -121,7 +121,7 @@ def test_rows_of_fewer_vectors_go_through_an_im2col_copy(channels):
 
 
 @pytest.mark.parametrize("k,groups,dilation", [(7, 1, 1), (5, 2, 2)])
-def test_strided_wide_rows_read_a_copy_by_kernel_column_and_match_onnxruntime(k, groups, dilation):
+def test_strided_wide_rows_read_a_copy_by_kernel_column(k, groups, dilation):
     """A convolution of stride 2 whose kernel spans at least twice the stride (resnet50's first
     7x7) over wide output rows: the padded input, its copy by kernel column (each input row
     once per kernel column, not once per tap as im2col's), then one reduce over channel x

@@ -658,7 +658,7 @@ def test_a_weight_on_the_column_side_is_packed_once_for_every_row_block(level):
     assert not packed(rows, constant=True)[0]  # one row block
 
 
-def test_a_column_sliver_whose_steps_lie_half_a_page_apart_is_packed_where_many_row_blocks_read_it():
+def test_a_sliver_half_a_page_a_step_is_packed_where_many_row_blocks_read_it():
     """A 3x3 convolution over a 28x28 map as a matmul: its im2col copy's rows (the reduce
     steps) lie 3 KiB apart, one or two to a page, and a sliver of 1152 steps leaves L1. With
     128 output channels (16 row blocks of 8) the panel, made on every call, is packed; with

@@ -113,7 +113,7 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
 # or at least FEW_CHANNELS_ROW_VECTORS where it has at most FEW_CHANNELS_VECTORS vectors of
 # output channels
 DIRECT_ROW_VECTORS = 4
-FEW_CHANNELS_ROW_VECTORS = 3
+FEW_CHANNELS_ROW_VECTORS = 1
 FEW_CHANNELS_VECTORS = 4
 
 
@@ -137,10 +137,16 @@ def _direct(ctx, x: Tensor, cig: int, rc: int, outs: list[int], strides,
     read in place too: over 56 columns at AVX-512 (3.5 vectors) 32 channels ran 1.2x faster
     so, 64 channels 1.16x, 128 channels 1.0x; over 28 columns at AVX2 32 channels 1.13x, 64
     channels 0.97x; over 55 columns at AVX-512 (squeezenet's 64 channels, the tail shifted)
-    the same, to 3% faster on two threads. The 7x7 convolutions of stride 2 (3 channels to
-    64 over 112x112) took 2.2 instead of 4.4 ms with their copies on one thread (AVX-512
-    Xeon), 2.7 instead of 4.4 at AVX2; squeezenet's 3x3 of stride 2 (a copy two thirds of
-    im2col's) 0.66 against 0.54 ms, so it keeps the im2col copy."""
+    the same, to 3% faster on two threads; rows of one vector and less than two (AVX-512
+    Xeon, in the plan's order, the copy and matmul against the reduce in place):
+    densenet121's 3x3 convolutions of 128 channels into 32 over 28x28 maps 9.1 -> 4.7 ms on
+    one thread (twelve), 5.6 -> 2.9 on two, inception_v1's 5x5 of 16 into 32 over 27x27 0.19
+    -> 0.14 ms, inception_v2's 3x3 of 64 into 64 over 28x28 1.05 -> 1.01 ms and 0.63 -> 0.57,
+    densenet121's over 14x14 maps at AVX2 5.9 -> 4.7 ms; rows shorter than a vector lose
+    (densenet121's over 14x14 maps at AVX-512, 1.5x slower). The 7x7 convolutions of
+    stride 2 (3 channels to 64 over 112x112) took 2.2 instead of 4.4 ms with their copies on
+    one thread (AVX-512 Xeon), 2.7 instead of 4.4 at AVX2; squeezenet's 3x3 of stride 2 (a
+    copy two thirds of im2col's) 0.66 against 0.54 ms, so it keeps the im2col copy."""
     if cig == 1 or len(outs) != 2:
         return False
     if strides[-1] > 1 and kernel[0] < 2 * strides[0]:
