@@ -85,3 +85,5 @@ def test_as_strided_reads_like_numpy_from_the_buffer_or_from_one_copy():
         permuted.numpy(), np.lib.stride_tricks.as_strided(xt, shape, [s * 4 for s in strides]))
     with pytest.raises(ShapeError, match="outside its 20 elements"):
         Tensor(x, device="cpu").as_strided((4, 5), (5, 2))  # its last read: element 23
+    with pytest.raises(ShapeError, match="one stride of 0 or more per axis"):
+        Tensor(x, device="cpu").as_strided((2, 2), (-1, 1))

@@ -103,20 +103,20 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
     for its copy (cpu_model.panel_pays: every row block reads the sliver again, and a panel
     makes it one contiguous stream) or costs nothing (a weight, _weight_read_again), any
     operand read with a stride along the vector lanes (a convolution's windows), and the
-    row side where its rows lie side by side and the
-    reduce strides (a channels-first input with the positions as rows: a block's rows take
-    a cache line of their own at every step of the reduce, a panel makes them one stream)
-    or they leave L2, where the copy pays (_row_copy_pays: a weight's is made once, another's
-    on every call), or it is a weight whose rows lie lines apart (_weight_rows_apart); the
+    row side where its rows lie side by side and the reduce strides (a channels-first input
+    with the positions as rows: a block's rows take a cache line of their own at every step
+    of the reduce, a panel makes them one stream) or they leave L2, where the copy pays
+    (_row_copy_pays: a weight's is made once, another's on every call), or it is a weight
+    whose rows lie lines apart (_weight_rows_apart); the
     column blocks outermost while a column and a row sliver of the whole reduce stay in L2
     together (BLIS's jr loop around ir), but the row blocks outermost where the column
     blocks would write more output rows at once than a prefetcher follows and the column
     side each row block reads again stays near (cpu_model.writes_scatter), else a k tile
     that keeps the outer blocks' sliver in L1 (_tiled_outer says which side is outer), or
     one that keeps every row beside a column sliver in L2 (_rows_tile); a column panel
-    streamed from rows a page or more
-    apart filled several column blocks at once (fill_group), under a k tile where the whole
-    reduce leaves no room for that (group_tile: the tile was taken for the group alone)."""
+    streamed from rows a page or more apart filled several column blocks at once
+    (fill_group), under a k tile where the whole reduce leaves no room for that (group_tile:
+    the tile was taken for the group alone)."""
     n_out, domain = kernel.n_out, kernel.domain
     upcast = [1] * n_out
     split, unroll, pack, ktile, first, last_axis, cblock = 1, 1, (), 0, None, None, 1

@@ -177,11 +177,11 @@ class MovementMixin:
             array([[0., 1., 2.],
                    [2., 3., 4.]], dtype=float32)
         """
-        if len(shape) != len(strides):
-            raise _err("as_strided", [self.shape], f"shape {list(shape)} and strides "
-                       f"{list(strides)} differ in length")
-        last = sum((s - 1) * abs(st) for s, st in zip(shape, strides))
-        if any(st < 0 for st in strides) or (math.prod(shape) and last >= self.numel()):
+        if len(shape) != len(strides) or any(st < 0 for st in strides):
+            raise _err("as_strided", [self.shape], f"need one stride of 0 or more per axis, "
+                       f"got shape {list(shape)} and strides {list(strides)}")
+        last = sum((s - 1) * st for s, st in zip(shape, strides))
+        if math.prod(shape) and last >= self.numel():
             raise _err("as_strided", [self.shape], f"shape {list(shape)} with strides "
                        f"{list(strides)} reads outside its {self.numel()} elements")
         backing = backing_node(self.node) or self.node
