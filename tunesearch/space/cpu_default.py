@@ -173,7 +173,7 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             if b_side not in pack and b_side in packs and first == col and \
                     domain[row] > upcast[row] and _steps_on_own_pages(
                         kernel, target, views[b_side], reduce_axes, upcast[col], itemsize,
-                        -(-domain[row] // upcast[row])):
+                        register_blocks(kernel, upcast)[row]):
                 pack = tuple(sorted(pack + (b_side,)))
             if b_side in pack and b_side not in constants and first == col and \
                     _rows_on_own_pages(views[b_side], reduce_axes, itemsize):
@@ -239,10 +239,16 @@ def _reads_across(loads, last: int | None) -> bool:
                                     for v in loads)
 
 
+def _reduce_step_bytes(view, reduce_axes: list[int], itemsize: int) -> int:
+    """How far apart in bytes view reads two steps of the innermost reduce axis (0 where
+    there is no reduce axis)."""
+    return abs(view.strides[reduce_axes[-1]]) * itemsize if reduce_axes else 0
+
+
 def _rows_on_own_pages(view, reduce_axes: list[int], itemsize: int) -> bool:
     """Whether each step of the innermost reduce axis reads the column operand a page or more
     from the last (a wide matmul's B, an im2col copy of a large map)."""
-    return bool(reduce_axes) and abs(view.strides[reduce_axes[-1]]) * itemsize >= cpu_model.PAGE
+    return _reduce_step_bytes(view, reduce_axes, itemsize) >= cpu_model.PAGE
 
 
 def fill_group(target: Target, panel_bytes: int, rows_bytes: int) -> int:
@@ -329,7 +335,7 @@ def _steps_on_own_pages(kernel: Kernel, target: Target, view, reduce_axes: list[
     map, 3 KiB a step) leave the prefetchers one or two steps a page, no run to follow
     either, but the copy, made on every call, must be read often enough."""
     steps = prod(kernel.domain[kernel.n_out:])
-    step = abs(view.strides[reduce_axes[-1]]) * itemsize if reduce_axes else 0
+    step = _reduce_step_bytes(view, reduce_axes, itemsize)
     apart = step >= cpu_model.PAGE or (2 * step >= cpu_model.PAGE and
                                        reads >= HALF_PAGE_PACK_READS)
     return apart and not cpu_model.holds(target.l1d, steps * columns * itemsize)
