@@ -159,3 +159,79 @@ def test_a_stride_as_long_as_half_the_kernel_goes_through_an_im2col_copy():
         _conv_model(4, 6, 3, width, height=3, strides=(2, 2)), 8)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (3 * width, 4 * 9)
+
+
+@pytest.mark.parametrize("k,groups,dilation,strides", [
+    (3, 1, 1, (1, 1)), (3, 2, 1, (1, 1)), (3, 1, 2, (1, 1)), (3, 1, 1, (2, 2)),
+    (5, 4, 1, (1, 2))])
+def test_channels_on_lanes_over_long_rows_read_a_channels_last_copy(k, groups, dilation,
+                                                                     strides):
+    """More output channels than positions, over output rows that hold two register blocks
+    of the largest height (cpu_model.MAX_BLOCK_ROWS): the padded input copied once channels
+    last, then one reduce whose rows are the positions of an output row and whose columns are
+    the output channels, reading that copy in place. Nothing the size of im2col's copy is
+    written, and a window's last-axis taps and channels are one reduce axis where they are
+    one contiguous run (one group, no dilation)."""
+    from tunesearch.space.cpu_model import MAX_BLOCK_ROWS
+    cin, rc, height, width = 8, 96, 2, 2 * MAX_BLOCK_ROWS
+    proto = _conv_model(cin, rc * groups, k, width, groups, dilation, height, strides)
+    kernels = _kernels_matching_onnxruntime(proto, 9)
+    copy, conv, *rest = kernels
+    assert copy.n_reduce == 0 and copy.domain[-1] == cin  # channels last
+    # at most the output moved back channels first after it (with several groups)
+    assert all(kernel.n_reduce == 0 and kernel.buffers[0].size == rc * groups * height * width
+               for kernel in rest), [kernel.name for kernel in kernels]
+    assert len(rest) == (groups > 1)
+    cig = cin // groups
+    taps = (k, k * cig) if groups == 1 and dilation == 1 else (k, k, cig)
+    assert conv.domain == (1, groups, height, width, rc, *taps)
+
+
+def test_channels_on_lanes_with_a_weight_input_read_a_channels_last_copy():
+    """The weight an input of the graph, not a constant: moved to [taps x channels, output
+    channels] in the graph rather than on the host, with the same result."""
+    from tunesearch.space.cpu_model import MAX_BLOCK_ROWS
+    width = 2 * MAX_BLOCK_ROWS
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)]
+    graph = helper.make_graph(
+        nodes, "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 2, width]),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, [96, 8, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 96, 2, width])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    conv = next(kernel for kernel in _kernels_matching_onnxruntime(proto, 10) if kernel.n_reduce)
+    assert conv.domain == (1, 1, 2, width, 96, 3, 24)
+
+
+def test_channels_on_lanes_over_short_rows_go_through_an_im2col_copy():
+    """Output rows too short for two register blocks (3 columns): the flat matmul over
+    [positions, channel x kernel] of an im2col copy."""
+    kernels = _kernels_matching_onnxruntime(_conv_model(8, 96, 3, 3, height=3), 11)
+    conv = next(kernel for kernel in kernels if kernel.n_reduce)
+    assert conv.domain == (1, 1, 9, 96, 72)
+
+
+def test_a_weight_that_every_output_row_reads_is_packed_by_the_plan():
+    """A channels-last convolution whose register block is a whole output row: the row blocks
+    that read the weight's column sliver count along every output axis the weight does not
+    vary on (the rows of the map), so the weight is packed once, when the plan is built."""
+    from tunesearch.space.cpu_model import MAX_BLOCK_ROWS
+    from tunesearch.space.spaces import space_for
+    width = 2 * MAX_BLOCK_ROWS
+    from tunesearch.runtime.device import get_device
+    model = tox.load(_conv_model(8, 96, 3, width, height=2), device="cpu")
+    model(model.random_inputs(12))
+    plan = next(iter(model._plans.values()))
+    (step, constants), = [(step, c) for step, c in zip(plan.steps, plan.constant_inputs())
+                          if step.kernel.n_reduce]
+    assert step.kernel.domain == (1, 1, 2, width, 96, 3, 24)
+    weight = next(i for i in constants if step.kernel.buffers[i].size == 96 * 72)
+    assert weight in step.choice.config.as_dict()["pack"], step.choice.config
+    target = get_device("cpu").info().target
+    assert step.choice.config == space_for(step.kernel, target, constants).default()
+    # a block of a whole output row: the rows of the map still read the sliver again
+    from tunesearch.space.cpu_default import _weight_read_again
+    kernel = step.kernel
+    row_block = [1, 1, 1, width, 16] + [1] * kernel.n_reduce
+    assert _weight_read_again(kernel, weight, row_block, constants)
+    assert not _weight_read_again(kernel, weight, [1, 1, 2, width, 16], constants)

@@ -31,6 +31,22 @@ MAX_ELEMENTWISE_BLOCK = 256
 MAX_PACK_ELEMENTS = 1 << 26
 
 
+def last_upcasts(lanes: int) -> tuple[int, ...]:
+    """Blocks of the vector lane axis: powers of two, and one to six whole vectors."""
+    return tuple(sorted(set(LAST_UPCASTS) | {lanes * m for m in range(1, 7)}))
+
+
+def matmul_block(target, rows: int, columns: int, reduce: int,
+                 itemsize: int = 4) -> cpu_model.RegisterBlock:
+    """The register block the default takes for a matmul of rows x columns over a reduce of
+    that length, from the blocks this space offers (cpu_default.default_layout)."""
+    return cpu_model.register_block(
+        target, itemsize, rows_max=rows, columns_max=columns, sizes=(rows, columns),
+        row_choices=divisors_and_blocks(rows, UPCASTS),
+        column_choices=divisors_and_blocks(columns, last_upcasts(target.lanes(itemsize))),
+        reduce=reduce)
+
+
 class CPUSpace(Space):
 
     def parameters(self) -> list[Param]:
@@ -91,9 +107,7 @@ class CPUSpace(Space):
         return cpu_default.reads_windows(self.kernel)
 
     def _last_upcasts(self) -> tuple[int, ...]:
-        """Blocks of the vector lane axis: powers of two, and one to six whole vectors."""
-        lanes = self.target.lanes(self.kernel.buffers[0].dtype.itemsize)
-        return tuple(sorted(set(LAST_UPCASTS) | {lanes * m for m in range(1, 7)}))
+        return last_upcasts(self.target.lanes(self.kernel.buffers[0].dtype.itemsize))
 
     def _orders(self) -> list[tuple[int, ...]]:
         """Block loop orders: axes of size 1 stay inside, the others are permuted (a bounded
