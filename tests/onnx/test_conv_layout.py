@@ -173,7 +173,7 @@ def test_channels_on_lanes_over_long_rows_read_a_channels_last_copy(k, groups, d
     written, and a window's last-axis taps and channels are one reduce axis where they are
     one contiguous run (one group, no dilation)."""
     from tunesearch.space.cpu_model import MAX_BLOCK_ROWS
-    cin, rc, height, width = 8, 96, 2, 2 * MAX_BLOCK_ROWS
+    cin, rc, height, width = 16 * groups, 96, 2, 2 * MAX_BLOCK_ROWS
     proto = _conv_model(cin, rc * groups, k, width, groups, dilation, height, strides)
     kernels = _kernels_matching_onnxruntime(proto, 9)
     copy, conv, *rest = kernels
@@ -235,3 +235,41 @@ def test_a_weight_that_every_output_row_reads_is_packed_by_the_plan():
     row_block = [1, 1, 1, width, 16] + [1] * kernel.n_reduce
     assert _weight_read_again(kernel, weight, row_block, constants)
     assert not _weight_read_again(kernel, weight, [1, 1, 2, width, 16], constants)
+
+
+def _long_rows_not_read_in_place(cin: int) -> tuple[int, int, int]:
+    """(output channels, width, height) of a convolution with more positions than output
+    channels whose windows are not read in place (rows under DIRECT_ROW_VECTORS vectors, more
+    than FEW_CHANNELS_VECTORS vectors of channels) over rows that hold two register blocks of
+    the matmul's rows."""
+    from tunesearch.onnx.conv import DIRECT_ROW_VECTORS, FEW_CHANNELS_VECTORS
+    from tunesearch.runtime.device import get_device
+    from tunesearch.space.cpu_space import matmul_block
+    lanes, height = _lanes(), 4
+    cout, width = (FEW_CHANNELS_VECTORS + 1) * lanes, DIRECT_ROW_VECTORS * lanes - 1
+    block = matmul_block(get_device("cpu").info().target, width * height, cout, cin * 9)
+    if width < 2 * block.rows or cout < block.columns:
+        pytest.skip(f"rows of {width} hold fewer than two blocks of {block.rows} here")
+    return cout, width, height
+
+
+def test_positions_on_lanes_over_rows_not_read_in_place_read_a_channels_last_copy():
+    """More positions than output channels, but rows the windows are not read in place from
+    (an im2col copy before): the channels-last copy and the reduce over it, the output
+    channels on the lanes (at least a register block's columns of them)."""
+    cout, width, height = _long_rows_not_read_in_place(16)
+    kernels = _kernels_matching_onnxruntime(_conv_model(16, cout, 3, width, height=height), 13)
+    assert len(kernels) == 2, [kernel.name for kernel in kernels]
+    copy, conv = kernels
+    assert copy.n_reduce == 0 and copy.domain[-1] == 16
+    assert conv.domain == (1, 1, height, width, cout, 3, 48)
+
+
+def test_a_run_shorter_than_a_cache_line_goes_through_an_im2col_copy():
+    """Three input channels (a first convolution): a window's row is a run of 9 floats of a
+    channels-last copy, less than a cache line a step, with a reduce of 27 against the
+    output written transposed: the im2col copy and the flat matmul."""
+    cout, width, height = _long_rows_not_read_in_place(3)
+    kernels = _kernels_matching_onnxruntime(_conv_model(3, cout, 3, width, height=height), 14)
+    conv = next(kernel for kernel in kernels if kernel.n_reduce)
+    assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (height * width, 27)

@@ -7,10 +7,11 @@ it is one matmul-like reduce kernel. Its vector lanes run over whichever of the 
 the output channels is longer: the im2col copy is laid
 out [channel x kernel, positions] for the first (the positions contiguous in the copy and in the
 matmul's column operand and output), [positions, channel x kernel] for the second (the weight,
-transposed on the host, is the column operand, packed once when the plan is built). With the
-output channels on the lanes and output rows long enough for two register blocks, the input is
-instead copied once channels last and the windows read in place from that copy
-(_conv_channels_last).
+transposed on the host, is the column operand, packed once when the plan is built). Over
+output rows long enough for two register blocks, the input is instead copied once channels
+last and the windows read in place from that copy, the output channels on the lanes
+(_conv_channels_last): where they outnumber the positions, and where they fill a register
+block's columns and the windows would otherwise go through im2col (_channels_last).
 """
 from __future__ import annotations
 
@@ -80,8 +81,8 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
     if any(o <= 0 for o in outs):
         raise ctx.error(f"kernel {list(kernel)} does not fit input {list(x.shape[2:])}")
     positions, depth = math.prod(outs), cig * math.prod(kernel)
-    if cig > 1 and _channels_on_lanes(rc, positions) and _channels_last(ctx, x, rc, outs,
-                                                                         depth, kernel):
+    if cig > 1 and _channels_last(ctx, x, groups, cig, rc, outs, depth, kernel, strides,
+                                  dilations):
         out = _conv_channels_last(ctx, x, w, groups, cig, rc, outs, kernel, strides, dilations,
                                   pads)
         return _with_bias(ctx, out.reshape(batch, cout, *outs), bias)
@@ -206,30 +207,49 @@ def _channels_on_lanes(channels: int, positions: int) -> bool:
     return positions < channels
 
 
-def _channels_last(ctx, x: Tensor, rc: int, outs: list[int], depth: int,
-                   kernel: tuple[int, ...]) -> bool:
-    """Whether a convolution with the output channels on the lanes reads its windows in place
-    from a channels-last copy of its input (_conv_channels_last) rather than from an im2col
-    copy: on a CPU, for a kernel of more than one tap, where an output row holds at least two
-    of the register block's rows the im2col matmul would take. The in-place windows of a row
-    are not one flat axis with the next row's (the padding lies between them), so the
-    register block's rows run along one output row: a row of one block leaves it no other
-    height and a part block at every row's end. resnet50's six 3x3 convolutions over 14x14
-    maps (256 channels) took 9.7 ms with their channels-last copies against 11.5 ms with
-    their padded and im2col copies, on one thread (AVX-512 Xeon), 5.0 against 6.1 on two;
-    over 7x7 maps (512 channels, rows of 7 against a block of 6 rows) 2.40 against 2.26 each.
-    The changed convolutions of each model, in the plan's order with their copies, one /
-    two threads: squeezenet's over 13x13 maps 1.26 -> 1.16 / 0.75 -> 0.59 ms, inception_v1's
-    over 13x13 3.35 -> 2.84 / 1.89 -> 1.52, inception_v2's over 14x14 1.64 -> 1.37 / 0.87 ->
-    0.70; at AVX2 (blocks of 4 rows) resnet50's 17.3 -> 15.1 / 9.8 -> 8.5 ms, squeezenet's
-    1.75 -> 1.84 / 1.06 -> 1.05 (rows of 13 in blocks of 4 and a tail of 1)."""
+def _channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int, outs: list[int],
+                   depth: int, kernel: tuple[int, ...], strides, dilations) -> bool:
+    """Whether a convolution reads its windows in place from a channels-last copy of its
+    input, its output channels on the lanes (_conv_channels_last), rather than from an
+    im2col copy: on a CPU, for a kernel of more than one tap, where an output row holds at
+    least two of the register block's rows the im2col matmul would take, and a window's row
+    reads a run of the copy at least a cache line long (_run); then where the output
+    channels outnumber the positions (they were the lanes already), or fill at least a
+    register block's columns where the windows are not read in place positions on the lanes
+    (_direct). The in-place windows of a row are not one flat axis with the next row's (the
+    padding lies between them), so the register block's rows run along one output row: a row
+    of one block leaves it no other height and a part block at every row's end. In the plan's
+    order with their copies, old and new build in alternating processes, one / two threads
+    (AVX-512 Xeon): resnet50's six 3x3 convolutions over 14x14 maps 11.5 -> 9.7 / 6.1 -> 5.0
+    ms, its four over 28x28 maps (128 channels, positions on the lanes before) 9.3 -> 6.9 /
+    5.0 -> 3.7; over 7x7 maps (rows of 7 against a block of 6 rows) 2.26 -> 2.40 each, so
+    they keep im2col. Whole models' kernels: inception_v2 -13% / -18%, inception_v1 -7% /
+    -10%, bvlc_alexnet -12% / -14%, vgg19 -9% / -12%, zfnet512 -4% / -3%, squeezenet the same
+    (its 27x27 ones -5% / -12%, its 13x13 ones 1.26 -> 1.16 / 0.75 -> 0.59 ms); at AVX2 (blocks
+    of 4 rows) resnet50 -2% / -3% (its 28x28 ones -21% / -23%), inception_v2 -5% / -11%,
+    inception_v1 -6% / -7%, bvlc_alexnet -9% / -11%, squeezenet -1% / -4%. A first
+    convolution of 3 channels reads runs of 9 floats and reduces 27 for each output it
+    writes transposed: squeezenet's 3x3 one of stride 2 took 0.92 against 0.60 ms so, and
+    shufflenet's max pool read its output back transposed 3.6x slower."""
     if all(k == 1 for k in kernel) or len(outs) < 2:
         return False
     target = get_device(ctx.device).info().target
     if target.family != "cpu":
         return False
-    return outs[-1] >= 2 * matmul_block(target, math.prod(outs), rc, depth,
-                                        x.dtype.itemsize).rows
+    positions = math.prod(outs)
+    block = matmul_block(target, positions, rc, depth, x.dtype.itemsize)
+    if outs[-1] < 2 * block.rows or _run(groups, cig, kernel, dilations) * x.dtype.itemsize \
+            < target.l1d.line:
+        return False
+    return _channels_on_lanes(rc, positions) or (
+        rc >= block.columns and not _direct(ctx, x, cig, rc, outs, strides, kernel))
+
+
+def _run(groups: int, cig: int, kernel: tuple[int, ...], dilations) -> int:
+    """The contiguous run of a channels-last copy a window's row reads: its last axis's taps
+    and its channels where there is one group and no dilation along that axis, else the
+    channels."""
+    return kernel[-1] * cig if groups == 1 and dilations[-1] == 1 else cig
 
 
 def _conv_channels_last(ctx, x: Tensor, w, groups: int, cig: int, rc: int, outs: list[int],
@@ -254,9 +274,9 @@ def _conv_channels_last(ctx, x: Tensor, w, groups: int, cig: int, rc: int, outs:
     step = [math.prod(shape[i + 1:]) for i in range(len(shape))]
     taps = list(kernel)
     tap_steps = [d * st for d, st in zip(dilations, step[1:1 + n])]
-    run = cig
-    if groups == 1 and dilations[-1] == 1:  # the last axis's taps and the channels: one run
-        run, taps, tap_steps = kernel[-1] * cig, taps[:-1], tap_steps[:-1]
+    run = _run(groups, cig, kernel, dilations)
+    if run > cig:  # the last axis's taps and the channels: one run
+        taps, tap_steps = taps[:-1], tap_steps[:-1]
     m = len(taps)
     cols = padded.as_strided(
         [batch, groups, *outs, 1, *taps, run],
