@@ -306,10 +306,11 @@ def _weight_read_again(kernel: Kernel, index: int, upcast: list[int],
     reading its windows in place channels last has its rows along the output rows and
     columns, a block a whole row (squeezenet's 3x3 convolutions over 13x13 maps, 13 row
     blocks: 470 -> 360 us each packed, one thread)."""
+    if index not in constants:
+        return False
     view = next(n.arg[1] for n in kernel.loads() if n.arg[0] == index)
     blocks = register_blocks(kernel, upcast)
-    reads = prod(blocks[a] for a in range(kernel.n_out) if view.strides[a] == 0)
-    return index in constants and reads > 1
+    return prod(blocks[a] for a in range(kernel.n_out) if view.strides[a] == 0) > 1
 
 
 # a column side whose reduce steps lie half a page apart (or more, less than a page) is packed
