@@ -3,6 +3,8 @@ channels on the vector lanes and the weight as the column operand; the result ma
 onnxruntime, grouped or not, 1x1 or wider, with a bias and an activation after it."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -26,8 +28,10 @@ def test_channels_on_lanes_match_onnxruntime(k, groups, cout):
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     matmul = next(kernel for kernel in _kernels_matching_onnxruntime(proto, 2) if kernel.n_reduce)
-    # the reduce's output axes end in (positions, channels): the channels are the lanes
-    assert matmul.domain[matmul.n_out - 2:matmul.n_out] == (size * size, cout // groups)
+    # the reduce's output axes end in the positions (flat, or rows and columns where it reads
+    # a channels-last copy), then the channels: the channels are the lanes
+    assert matmul.domain[matmul.n_out - 1] == cout // groups
+    assert math.prod(matmul.domain[2:matmul.n_out - 1]) == size * size
 
 
 def _conv_model(cin, cout, k, width, groups=1, dilation=1, height=3, strides=(1, 1)):
@@ -204,11 +208,12 @@ def test_channels_on_lanes_with_a_weight_input_read_a_channels_last_copy():
 
 
 def test_channels_on_lanes_over_short_rows_go_through_an_im2col_copy():
-    """Output rows too short for two register blocks (3 columns): the flat matmul over
-    [positions, channel x kernel] of an im2col copy."""
-    kernels = _kernels_matching_onnxruntime(_conv_model(8, 96, 3, 3, height=3), 11)
+    """Output rows too short for two register blocks, whose block along one row (a single
+    row here) is smaller than the flat matmul's: the flat matmul over [positions, channel x
+    kernel] of an im2col copy."""
+    kernels = _kernels_matching_onnxruntime(_conv_model(8, 96, 3, 1, height=3), 11)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
-    assert conv.domain == (1, 1, 9, 96, 72)
+    assert conv.domain == (1, 1, 3, 96, 72)
 
 
 def test_a_weight_that_every_output_row_reads_is_packed_by_the_plan():
@@ -273,3 +278,21 @@ def test_a_run_shorter_than_a_cache_line_goes_through_an_im2col_copy():
     kernels = _kernels_matching_onnxruntime(_conv_model(3, cout, 3, width, height=height), 14)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (height * width, 27)
+
+
+def test_a_row_as_wide_as_the_flat_block_reads_a_channels_last_copy():
+    """Output rows shorter than two of the flat matmul's row blocks, where the block along
+    one row still holds as many accumulators (densenet121's 3x3 convolutions of 128 channels
+    into 32 over 14x14 maps at AVX-512: 14 x 32 against 12 x 32): the channels-last copy and
+    its reduce, no im2col copy."""
+    from tunesearch.runtime.device import get_device
+    from tunesearch.space.cpu_space import matmul_block
+    target = get_device("cpu").info().target
+    cin, cout, size = 16, 2 * _lanes(), 14
+    flat = matmul_block(target, size * size, cout, cin * 9)
+    row = matmul_block(target, size, cout, cin * 9, windows=True)
+    if size >= 2 * flat.rows or row.rows * row.vectors < flat.rows * flat.vectors:
+        pytest.skip(f"blocks {flat} and {row} here")
+    kernels = _kernels_matching_onnxruntime(_conv_model(cin, cout, 3, size, height=size), 15)
+    assert len(kernels) == 2, [kernel.name for kernel in kernels]
+    assert kernels[1].domain == (1, 1, size, size, cout, 3, 3 * cin)
