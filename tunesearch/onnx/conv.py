@@ -21,6 +21,7 @@ import numpy as np
 
 from tunesearch.onnx.registry import register
 from tunesearch.runtime.device import get_device
+from tunesearch.space.cpu_model import useful_accumulators
 from tunesearch.space.cpu_space import matmul_block
 from tunesearch.tensor import Tensor
 
@@ -211,28 +212,31 @@ def _channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int, outs: list[in
                    depth: int, kernel: tuple[int, ...], strides, dilations) -> bool:
     """Whether a convolution reads its windows in place from a channels-last copy of its
     input, its output channels on the lanes (_conv_channels_last), rather than from an
-    im2col copy: on a CPU, for a kernel of more than one tap, where an output row holds at
-    least two of the register block's rows the im2col matmul would take, or the block along
-    one output row holds as many accumulators as that one (densenet121's 3x3 convolutions
-    of 128 channels into 32 over 14x14 maps at AVX-512: 14 x 32 against 12 x 32; 5.67 ->
-    3.48 ms for 24 on one thread, 4.41 -> 2.17 on two; inception_v1's over 6x6 maps the same
-    on one thread, -11% on two), and a window's row reads a run of the copy at least a cache
-    line long (_run); then where the output
+    im2col copy: on a CPU, for a kernel of more than one tap whose window rows read runs of
+    the copy at least a cache line long (_run), where an output row holds two of the row
+    blocks the im2col matmul would take or a block along one output row keeps as many
+    accumulators busy, edges counted (cpu_model.useful_accumulators); then where the output
     channels outnumber the positions (they were the lanes already), or fill at least a
-    register block's columns where the windows are not read in place positions on the lanes
-    (_direct). The in-place windows of a row are not one flat axis with the next row's (the
-    padding lies between them), so the register block's rows run along one output row: a row
-    of one block leaves it no other height and a part block at every row's end. In the plan's
-    order with their copies, old and new build in alternating processes, one / two threads
-    (AVX-512 Xeon): resnet50's six 3x3 convolutions over 14x14 maps 11.5 -> 9.7 / 6.1 -> 5.0
-    ms, its four over 28x28 maps (128 channels, positions on the lanes before) 9.3 -> 6.9 /
-    5.0 -> 3.7; over 7x7 maps (rows of 7 against a block of 6 rows) 2.26 -> 2.40 each, so
-    they keep im2col. Whole models' kernels: inception_v2 -13% / -18%, inception_v1 -7% /
-    -10%, bvlc_alexnet -12% / -14%, vgg19 -9% / -12%, zfnet512 -4% / -3%, squeezenet the same
-    (its 27x27 ones -5% / -12%, its 13x13 ones 1.26 -> 1.16 / 0.75 -> 0.59 ms); at AVX2 (blocks
-    of 4 rows) resnet50 -2% / -3% (its 28x28 ones -21% / -23%), inception_v2 -5% / -11%,
-    inception_v1 -6% / -7%, bvlc_alexnet -9% / -11%, squeezenet -1% / -4%. A first
-    convolution of 3 channels reads runs of 9 floats and reduces 27 for each output it
+    register block's columns where the windows are not read in place positions on the
+    lanes (_direct). The in-place windows of a row are not one flat axis with the next
+    row's (the padding lies between them), so the register block's rows run along one
+    output row: a row of one block leaves it no other height and a part block at every
+    row's end.
+
+    In the plan's order with their copies, old and new build in alternating processes, one
+    / two threads (AVX-512 Xeon): resnet50's six 3x3 convolutions over 14x14 maps 11.5 ->
+    9.7 / 6.1 -> 5.0 ms, its four over 28x28 maps (128 channels, positions on the lanes
+    before) 9.3 -> 6.9 / 5.0 -> 3.7; densenet121's 24 over 14x14 maps of 32 channels (a row
+    block of 14 x 32 against the flat 12 x 32 over 196 rows) 5.67 -> 3.48 / 4.41 -> 2.17
+    (at AVX2, 6 x 16 over rows of 14, they keep im2col); inception_v1's over 6x6 maps the
+    same on one thread, -11% on two (at AVX2 1.50 -> 1.48 / 0.86 -> 0.80). resnet50's over
+    7x7 maps (7 x 48, 21 accumulators, against 6 x 64 over 49 rows, 21.8) keep im2col: 2.26
+    -> 2.40 ms each read so. Whole models' kernels: inception_v2 -13% / -18%, inception_v1
+    -7% / -10%, bvlc_alexnet -12% / -14%, vgg19 -9% / -12%, zfnet512 -4% / -3%, squeezenet
+    the same (its 27x27 ones -5% / -12%, its 13x13 ones 1.26 -> 1.16 / 0.75 -> 0.59 ms); at
+    AVX2 (blocks of 4 rows) resnet50 -2% / -3% (its 28x28 ones -21% / -23%), inception_v2
+    -5% / -11%, inception_v1 -6% / -7%, bvlc_alexnet -9% / -11%, squeezenet -1% / -4%. A
+    first convolution of 3 channels reads runs of 9 floats and reduces 27 for each output it
     writes transposed: squeezenet's 3x3 one of stride 2 took 0.92 against 0.60 ms so, and
     shufflenet's max pool read its output back transposed 3.6x slower."""
     if all(k == 1 for k in kernel) or len(outs) < 2:
@@ -245,9 +249,9 @@ def _channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int, outs: list[in
         return False
     block = matmul_block(target, positions, rc, depth, itemsize)
     if outs[-1] < 2 * block.rows:
-        # the block along one output row, as large as the flat matmul's all the same
-        row = matmul_block(target, outs[-1], rc, depth, itemsize, windows=True)
-        if row.rows * row.vectors < block.rows * block.vectors:
+        # the block along one output row keeping as many accumulators busy all the same
+        row = matmul_block(target, outs[-1], rc, depth, itemsize)
+        if useful_accumulators(row, outs[-1]) < useful_accumulators(block, positions):
             return False
     return _channels_on_lanes(rc, positions) or (
         rc >= block.columns and not _direct(ctx, x, cig, rc, outs, strides, kernel))

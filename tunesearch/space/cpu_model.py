@@ -119,6 +119,12 @@ def blocks_that_fit(target: Target, rows, vectors, itemsize: int = 4) -> list[tu
             if registers_needed(r, v) <= target.vector_registers]
 
 
+def useful_accumulators(block: RegisterBlock, rows: int) -> float:
+    """A register block's accumulators times the share of its rows that covers `rows` output
+    rows in whole blocks: what it keeps busy, edges counted."""
+    return block.rows * block.vectors * _edge_efficiency(rows, block.rows)
+
+
 def _edge_efficiency(size: int, block: int) -> float:
     """Useful share of the work when size is covered by whole blocks of block."""
     return size / (math.ceil(size / block) * block)

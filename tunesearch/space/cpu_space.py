@@ -36,16 +36,15 @@ def last_upcasts(lanes: int) -> tuple[int, ...]:
     return tuple(sorted(set(LAST_UPCASTS) | {lanes * m for m in range(1, 7)}))
 
 
-def matmul_block(target, rows: int, columns: int, reduce: int, itemsize: int = 4,
-                 windows: bool = False) -> cpu_model.RegisterBlock:
+def matmul_block(target, rows: int, columns: int, reduce: int,
+                 itemsize: int = 4) -> cpu_model.RegisterBlock:
     """The register block the default takes for a matmul of rows x columns over a reduce of
-    that length, from the blocks this space offers (cpu_default.default_layout); windows: its
-    column operand is a convolution's windows read in place (cpu_default.reads_windows)."""
+    that length, from the blocks this space offers (cpu_default.default_layout)."""
     return cpu_model.register_block(
         target, itemsize, rows_max=rows, columns_max=columns, sizes=(rows, columns),
         row_choices=divisors_and_blocks(rows, UPCASTS),
         column_choices=divisors_and_blocks(columns, last_upcasts(target.lanes(itemsize))),
-        reduce=reduce, tail_vectors=windows)
+        reduce=reduce)
 
 
 class CPUSpace(Space):
