@@ -24,6 +24,7 @@ from tunesearch.runtime.device import get_device
 from tunesearch.space.cpu_model import useful_accumulators
 from tunesearch.space.cpu_space import matmul_block
 from tunesearch.tensor import Tensor
+from tunesearch.tensor.movement import window_pads
 
 # ---- window geometry
 
@@ -277,11 +278,8 @@ def _conv_channels_last(ctx, x: Tensor, w, groups: int, cig: int, rc: int, outs:
     positions..., output channels] is read back transposed as _conv_channels_on_lanes's is."""
     n = len(outs)
     batch = x.shape[0]
-    spatial = x.shape[2:]
-    extent = [(o - 1) * s + (k - 1) * d + 1
-              for o, s, k, d in zip(outs, strides, kernel, dilations)]
-    pad = [(0, 0)] + [(b, e - i - b) for (b, _), e, i in zip(pads, extent, spatial)] + [(0, 0)]
-    padded = x.permute(0, *range(2, 2 + n), 1).pad(pad)
+    pad = window_pads(x.shape[2:], kernel, strides, dilations, pads, outs)
+    padded = x.permute(0, *range(2, 2 + n), 1).pad([(0, 0), *pad, (0, 0)])
     shape = padded.shape
     step = [math.prod(shape[i + 1:]) for i in range(len(shape))]
     taps = list(kernel)

@@ -18,6 +18,17 @@ if TYPE_CHECKING:
     from tunesearch.tensor.tensor import Tensor
 
 
+def window_pads(spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                dilations: Sequence[int], pads: Sequence[tuple[int, int]],
+                outs: Sequence[int]) -> list[tuple[int, int]]:
+    """Per spatial axis, the (before, after) padding that makes an input of size `spatial`
+    span exactly the windows of `outs` outputs: before as given, after whatever the last
+    window reaches (negative where it leaves the input's last elements unread)."""
+    extent = [(o - 1) * s + (k - 1) * d + 1
+              for o, s, k, d in zip(outs, strides, kernel, dilations)]
+    return [(b, e - i - b) for (b, _), e, i in zip(pads, extent, spatial)]
+
+
 class MovementMixin:
     __slots__ = ()
 
@@ -154,11 +165,8 @@ class MovementMixin:
             (5, 3)
         """
         n = len(kernel)
-        spatial = self.shape[-n:]
-        extent = [(o - 1) * s + (k - 1) * d + 1
-                  for o, s, k, d in zip(outs, strides, kernel, dilations)]
-        pad = [(0, 0)] * (self.ndim - n) + [(b, e - i - b) for (b, _), e, i in
-                                             zip(pads, extent, spatial)]
+        pad = [(0, 0)] * (self.ndim - n) + window_pads(self.shape[-n:], kernel, strides,
+                                                       dilations, pads, outs)
         # a pad that only shrinks: the windows lie inside the input as it is
         padded = self if all(lo == 0 and hi <= 0 for lo, hi in pad) else self.pad(pad, value)
         shape = padded.shape
