@@ -22,3 +22,15 @@ def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict, threads: int = 1) -
                                    providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds)))
+
+
+def kernels_matching_onnxruntime(proto: onnx.ModelProto, seed: int) -> list:
+    """The model's kernels on the CPU, once its output 'y' on random inputs matches
+    onnxruntime's."""
+    import numpy as np
+    import tunesearch.onnx as tox
+    model = tox.load(proto, device="cpu")
+    feeds = model.random_inputs(seed)
+    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
+                               rtol=1e-4, atol=1e-4)
+    return [item.kernel for item in model.schedule()]

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tunesearch.onnx as tox
-from tests.onnx.models import onnxruntime_outputs
+from tests.onnx.models import kernels_matching_onnxruntime
 
 RNG = np.random.default_rng(5)
 
@@ -27,7 +27,7 @@ def test_channels_on_lanes_match_onnxruntime(k, groups, cout):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, size, size])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    matmul = next(kernel for kernel in _kernels_matching_onnxruntime(proto, 2) if kernel.n_reduce)
+    matmul = next(kernel for kernel in kernels_matching_onnxruntime(proto, 2) if kernel.n_reduce)
     # the reduce's output axes end in the positions (flat, or rows and columns where it reads
     # a channels-last copy), then the channels: the channels are the lanes
     assert matmul.domain[matmul.n_out - 1] == cout // groups
@@ -67,15 +67,6 @@ def _row_columns(channels: int) -> int:
             else FEW_CHANNELS_ROW_VECTORS) * lanes
 
 
-def _kernels_matching_onnxruntime(proto, seed: int) -> list:
-    """The model's kernels, once its output on random inputs matches onnxruntime's."""
-    model = tox.load(proto, device="cpu")
-    feeds = model.random_inputs(seed)
-    np.testing.assert_allclose(model(feeds)["y"], onnxruntime_outputs(proto, feeds)["y"],
-                               rtol=1e-4, atol=1e-4)
-    return [item.kernel for item in model.schedule()]
-
-
 def _channels(which: str) -> int:
     """A few output channels, or more than FEW_CHANNELS_VECTORS vectors of them (70 at
     AVX-512, 38 at AVX2, 22 at SSE4)."""
@@ -92,7 +83,7 @@ def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, di
     # past the threshold by half a vector
     cout = _channels(channels)
     width = _row_columns(cout // groups) + max(1, _lanes() // 2)
-    kernels = _kernels_matching_onnxruntime(_conv_model(4, cout, k, width, groups, dilation), 3)
+    kernels = kernels_matching_onnxruntime(_conv_model(4, cout, k, width, groups, dilation), 3)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 3 and conv.domain[conv.n_out - 2:] == (3, width, 4 // groups, k, k)
     # the padded input, then the convolution: nothing the size of the windows is written
@@ -102,7 +93,7 @@ def test_wide_rows_read_the_windows_in_place_and_match_onnxruntime(k, groups, di
 def _runs_through_an_im2col_copy(cout: int, width: int, seed: int) -> None:
     """A 3x3 convolution of 4 channels into cout over rows of width columns matches
     onnxruntime and runs as one im2col copy and a matmul over [positions, channel x kernel]."""
-    kernels = _kernels_matching_onnxruntime(_conv_model(4, cout, 3, width), seed)
+    kernels = kernels_matching_onnxruntime(_conv_model(4, cout, 3, width), seed)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (3 * width, 4 * 9)
 
@@ -112,7 +103,7 @@ def test_few_channel_rows_with_an_odd_tail_read_the_windows_in_place():
     whole vectors shifted back (render/block_calls.py shifted_tails), so the windows are read
     in place as for a row that ends in whole half vectors."""
     width = _row_columns(6) + max(1, _lanes() // 2) - 1
-    kernels = _kernels_matching_onnxruntime(_conv_model(4, 6, 3, width), 5)
+    kernels = kernels_matching_onnxruntime(_conv_model(4, 6, 3, width), 5)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 3 and conv.domain[conv.n_out - 1] == width
     assert len(kernels) == 2, [kernel.name for kernel in kernels]
@@ -133,7 +124,7 @@ def test_strided_wide_rows_read_a_copy_by_kernel_column(k, groups, dilation):
     cout, height = 16, 5
     width = _row_columns(cout // groups) + max(1, _lanes() // 2)
     proto = _conv_model(4, cout, k, width, groups, dilation, height, strides=(2, 2))
-    kernels = _kernels_matching_onnxruntime(proto, 6)
+    kernels = kernels_matching_onnxruntime(proto, 6)
     assert len(kernels) == 3, [kernel.name for kernel in kernels]
     pad, runs, conv = kernels
     rows = (height - 1) * 2 + dilation * (k - 1) + 1
@@ -148,7 +139,7 @@ def test_a_stride_down_the_columns_only_reads_the_windows_in_place():
     """Stride 2 between rows, 1 along them: a row of windows is still a run of the padded
     input, read in place with no copy of it."""
     width = _row_columns(6) + max(1, _lanes() // 2)
-    kernels = _kernels_matching_onnxruntime(
+    kernels = kernels_matching_onnxruntime(
         _conv_model(4, 6, 3, width, height=4, strides=(2, 1)), 7)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 3 and conv.domain[conv.n_out - 2:] == (4, width, 4, 3, 3)
@@ -159,7 +150,7 @@ def test_a_stride_as_long_as_half_the_kernel_goes_through_an_im2col_copy():
     """A 3x3 convolution of stride 2 (squeezenet's first): a copy by kernel column would hold
     two thirds of im2col's, and the matmul over the im2col copy ran faster."""
     width = _row_columns(6) + max(1, _lanes() // 2)
-    kernels = _kernels_matching_onnxruntime(
+    kernels = kernels_matching_onnxruntime(
         _conv_model(4, 6, 3, width, height=3, strides=(2, 2)), 8)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (3 * width, 4 * 9)
@@ -179,7 +170,7 @@ def test_channels_on_lanes_over_long_rows_read_a_channels_last_copy(k, groups, d
     from tunesearch.space.cpu_model import MAX_BLOCK_ROWS
     cin, rc, height, width = 16 * groups, 96, 2, 2 * MAX_BLOCK_ROWS
     proto = _conv_model(cin, rc * groups, k, width, groups, dilation, height, strides)
-    kernels = _kernels_matching_onnxruntime(proto, 9)
+    kernels = kernels_matching_onnxruntime(proto, 9)
     copy, conv, *rest = kernels
     assert copy.n_reduce == 0 and copy.domain[-1] == cin  # channels last
     # at most the output moved back channels first after it (with several groups)
@@ -203,7 +194,7 @@ def test_channels_on_lanes_with_a_weight_input_read_a_channels_last_copy():
          helper.make_tensor_value_info("w", TensorProto.FLOAT, [96, 8, 3, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 96, 2, width])])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    conv = next(kernel for kernel in _kernels_matching_onnxruntime(proto, 10) if kernel.n_reduce)
+    conv = next(kernel for kernel in kernels_matching_onnxruntime(proto, 10) if kernel.n_reduce)
     assert conv.domain == (1, 1, 2, width, 96, 3, 24)
 
 
@@ -211,7 +202,7 @@ def test_channels_on_lanes_over_short_rows_go_through_an_im2col_copy():
     """Output rows too short for two register blocks, whose block along one row (a single
     row here) is smaller than the flat matmul's: the flat matmul over [positions, channel x
     kernel] of an im2col copy."""
-    kernels = _kernels_matching_onnxruntime(_conv_model(8, 96, 3, 1, height=3), 11)
+    kernels = kernels_matching_onnxruntime(_conv_model(8, 96, 3, 1, height=3), 11)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.domain == (1, 1, 3, 96, 72)
 
@@ -263,7 +254,7 @@ def test_positions_on_lanes_over_rows_not_read_in_place_read_a_channels_last_cop
     (an im2col copy before): the channels-last copy and the reduce over it, the output
     channels on the lanes (at least a register block's columns of them)."""
     cout, width, height = _long_rows_not_read_in_place(16)
-    kernels = _kernels_matching_onnxruntime(_conv_model(16, cout, 3, width, height=height), 13)
+    kernels = kernels_matching_onnxruntime(_conv_model(16, cout, 3, width, height=height), 13)
     assert len(kernels) == 2, [kernel.name for kernel in kernels]
     copy, conv = kernels
     assert copy.n_reduce == 0 and copy.domain[-1] == 16
@@ -275,7 +266,7 @@ def test_a_run_shorter_than_a_cache_line_goes_through_an_im2col_copy():
     channels-last copy, less than a cache line a step, with a reduce of 27 against the
     output written transposed: the im2col copy and the flat matmul."""
     cout, width, height = _long_rows_not_read_in_place(3)
-    kernels = _kernels_matching_onnxruntime(_conv_model(3, cout, 3, width, height=height), 14)
+    kernels = kernels_matching_onnxruntime(_conv_model(3, cout, 3, width, height=height), 14)
     conv = next(kernel for kernel in kernels if kernel.n_reduce)
     assert conv.n_reduce == 1 and conv.domain[conv.n_out - 1:] == (height * width, 27)
 
@@ -295,6 +286,6 @@ def test_a_row_as_wide_as_the_flat_block_reads_a_channels_last_copy():
     if size >= 2 * flat.rows or \
             useful_accumulators(row, size) < useful_accumulators(flat, size * size):
         pytest.skip(f"blocks {flat} and {row} here")
-    kernels = _kernels_matching_onnxruntime(_conv_model(cin, cout, 3, size, height=size), 15)
+    kernels = kernels_matching_onnxruntime(_conv_model(cin, cout, 3, size, height=size), 15)
     assert len(kernels) == 2, [kernel.name for kernel in kernels]
     assert kernels[1].domain == (1, 1, size, size, cout, 3, 3 * cin)

@@ -193,6 +193,32 @@ def permutation_of(view: View, shape: tuple[int, ...]) -> tuple[int, ...] | None
     return tuple(axes) + tuple(i for i, size in enumerate(view.shape) if size == 1)
 
 
+def stored_order(node: LazyNode) -> tuple[int, ...] | None:
+    """The order in which node's axes lie in memory, where it reads one buffer (or one node
+    realized into a buffer) whole: the permutation of that read (permutation_of). Under
+    elementwise work, the read of a reduce not yet realized counts first (its kernel iterates
+    that reduce's domain), one through a permutation before one as laid out; else the first
+    read of any other buffer. None where no read covers node whole."""
+    found: list[tuple[int, tuple[int, ...]]] = []
+    stack, seen = [node], set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if item.op == "load":
+            order = permutation_of(item.arg, item.src[0].shape)
+            if order is not None:
+                source = item.src[0]
+                rank = 2 if source.is_reduce and source.realized is None else 0
+                moved = [a for a in order if item.shape[a] != 1] != \
+                    [a for a in range(len(order)) if item.shape[a] != 1]
+                found.append((rank + moved, order))
+        elif item.is_elementwise and item.realized is None:
+            stack.extend(reversed(item.src))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
 def fused_reduce(root: LazyNode) -> LazyNode | None:
     """The first unrealized reduce reachable from root through elementwise ops only."""
     stack, seen = [root], set()

@@ -18,7 +18,7 @@ from tunesearch.errors import InputError
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import ScheduleItem
 import tunesearch.onnx.elementwise  # noqa: F401  (each operator module registers its operators)
-import tunesearch.onnx.conv  # noqa: F401
+from tunesearch.onnx.conv import stored_channels_last
 import tunesearch.onnx.nn  # noqa: F401
 import tunesearch.onnx.reduce  # noqa: F401
 import tunesearch.onnx.shape  # noqa: F401
@@ -260,7 +260,7 @@ class OnnxModel:
             for name, value in zip(node.output, outs):
                 if name:
                     if isinstance(value, Tensor) and self._fanout[name] > 1:
-                        value = value.materialize()
+                        value = value.materialize(stored_channels_last(value))
                     values[name] = value
         return inputs, [values[v.name] for v in self.proto.graph.output]
 

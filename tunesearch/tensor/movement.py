@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import dtypes
 from tunesearch.graph.ops import MovementOps
-from tunesearch.graph.schedule import fused_reduce, backing_node
+from tunesearch.graph.schedule import backing_node, fused_reduce, stored_order
 from tunesearch.graph.view import View
 from tunesearch.tensor._shapes import shape_arg as _shape_arg
 from tunesearch.tensor._shapes import shape_error as _err
@@ -135,13 +135,24 @@ class MovementMixin:
     def contiguous(self) -> "Tensor":
         return self.realize()
 
-    def materialize(self) -> "Tensor":
+    def materialize(self, order: Sequence[int] | None = None) -> "Tensor":
         """This value, written to a buffer of its own when it is computed (lazily, unlike
         realize): the kernels that read it (a matmul, windows) read that buffer instead of
-        recomputing the value for each of their reads."""
+        recomputing the value for each of their reads. With order (a permutation of the
+        axes), the buffer lays the axes out in that order and the result reads it back
+        through the inverse permutation: a value computed from a reduce whose axes lie in
+        another order (a convolution's output channels last) is written as it is computed."""
         if self.node.op in ("load", "const", "buffer"):
             return self
+        if order is not None and tuple(order) != tuple(range(self.ndim)):
+            stored = self.permute(order).materialize()
+            return stored.permute([list(order).index(i) for i in range(self.ndim)])
         return type(self)(lazy.load(self.node))
+
+    def stored_order(self) -> tuple[int, ...] | None:
+        """The order in which this value's axes lie in the buffer it reads whole, or in the
+        reduce its kernel fuses (graph.schedule.stored_order); None where no read covers it."""
+        return stored_order(self.node)
 
     def ends_in_reduce(self) -> bool:
         """Whether this is a reduce, or elementwise work on one, not yet written anywhere: a
