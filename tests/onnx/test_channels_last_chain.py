@@ -119,3 +119,87 @@ def test_a_value_left_channels_first_keeps_the_pointwise_matmul_over_positions()
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     pointwise, = _reduces(kernels_matching_onnxruntime(proto, 4))
     assert pointwise.domain == (1, 1, 40, 2 * width, CIN)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], count_include_pad=1)),
+    ("MaxPool", dict(kernel_shape=[1, 3], strides=[1, 3]))])
+def test_a_pool_of_a_channels_last_value_runs_along_the_channels(op, attrs):
+    """A pool of a value stored channels last reads its windows channels last (from the
+    value itself where the windows need no padding, else from a padded copy that moves no
+    data between layouts): its lanes are the channels, and its result is stored channels
+    last, which the pointwise convolution after it reads as it lies."""
+    width, inits = _first_width(), []
+    kh, kw = attrs["kernel_shape"]
+    pads = attrs.get("pads", [0] * 4)
+    out = ((2 + pads[0] + pads[2] - kh) // attrs["strides"][0] + 1,
+           (width + pads[1] + pads[3] - kw) // attrs["strides"][1] + 1)
+    proto = _chain([helper.make_node(op, ["r"], ["q"], **attrs),
+                    _conv("p", "q", MID, 24, 1, inits), helper.make_node("Relu", ["p"], ["y"])],
+                   24, out, inits)
+    kernels = kernels_matching_onnxruntime(proto, 5)
+    conv, pool, pointwise = _reduces(kernels)
+    assert pool.domain[:pool.n_out] == (1, *out, MID), pool.name
+    assert all(view.strides[pool.n_out - 1] == 1 for _, view in _reads(pool.expr)
+               if view.strides[pool.n_out - 1])
+    assert pointwise.domain == (1, 1, out[0] * out[1], 24, MID)
+    copies = [kernel for kernel in kernels if not kernel.n_reduce]
+    assert len(copies) == 1 + any(pads), [kernel.name for kernel in kernels]
+
+
+def test_a_pool_of_a_channels_first_value_keeps_its_lanes_along_a_row():
+    """A pool of a model input (channels first): the windows read in place, the lanes along
+    the output rows."""
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2])],
+        "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 9, 33])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 16])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    pool, = kernels_matching_onnxruntime(proto, 6)
+    assert pool.domain == (1, 8, 4, 16, 3, 3)
+
+
+def test_a_strided_convolution_of_three_channels_reads_a_channels_last_copy():
+    """A first convolution (three channels, 7x7 of stride 2, as resnet50's): a channels-last
+    copy of its input (as small as the input) and windows read in place from it, a window's
+    row of taps and channels one run of 21, rather than the copy by kernel column that its
+    rows were read from channels first (3.5 times the input). Its result is stored channels
+    last."""
+    from tunesearch.space.cpu_model import MAX_BLOCK_ROWS
+    width, inits = 2 * MAX_BLOCK_ROWS, []
+    node = _conv("y", "x", 3, 64, 7, inits, strides=[2, 2], pads=[3] * 4)
+    graph = helper.make_graph(
+        [node], "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 2 * width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 2, width])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    kernels = kernels_matching_onnxruntime(proto, 7)
+    assert len(kernels) == 2, [kernel.name for kernel in kernels]
+    copy, conv = kernels
+    assert copy.n_reduce == 0 and copy.domain[-1] == 3
+    assert conv.domain == (1, 1, 2, width, 64, 7, 21)
+
+
+def test_a_convolution_of_a_channels_last_value_reads_a_channels_last_copy():
+    """A 3x3 convolution of a value stored channels last, with few output channels over rows
+    it would read in place channels first: its padded copy channels last too (a copy that
+    moves no data between layouts), then the reduce over it."""
+    width, inits = _first_width(), []
+    proto = _chain([_conv("d", "r", MID, 32, 3, inits, pads=[1] * 4),
+                    helper.make_node("Relu", ["d"], ["y"])], 32, (2, width), inits)
+    kernels = kernels_matching_onnxruntime(proto, 8)
+    copies = [kernel for kernel in kernels if not kernel.n_reduce]
+    assert [copy.domain[-1] for copy in copies] == [CIN, MID]
+    assert _reduces(kernels)[-1].domain == (1, 1, 2, width, 32, 3, 3 * MID)
+
+
+def test_a_local_response_norm_of_a_channels_last_value():
+    """LRN over a value stored channels last: its window of channels runs along the lanes,
+    over a padded copy of the squares; the result matches onnxruntime and stays channels
+    last for the pointwise convolution after it."""
+    width, inits = _first_width(), []
+    proto = _chain([helper.make_node("LRN", ["r"], ["n"], size=5, alpha=1e-3, beta=0.75, bias=2.0),
+                    _conv("y", "n", MID, 24, 1, inits)], 24, (2, width), inits)
+    kernels = kernels_matching_onnxruntime(proto, 9)
+    assert _reduces(kernels)[-1].domain == (1, 1, 2 * width, 24, MID)

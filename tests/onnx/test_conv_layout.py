@@ -115,12 +115,13 @@ def test_rows_of_fewer_vectors_go_through_an_im2col_copy(channels):
     _runs_through_an_im2col_copy(cout, _row_columns(cout) - 1, seed=4)
 
 
-@pytest.mark.parametrize("k,groups,dilation", [(7, 1, 1), (5, 2, 2)])
+@pytest.mark.parametrize("k,groups,dilation", [(7, 2, 1), (5, 2, 2)])
 def test_strided_wide_rows_read_a_copy_by_kernel_column(k, groups, dilation):
-    """A convolution of stride 2 whose kernel spans at least twice the stride (resnet50's first
-    7x7) over wide output rows: the padded input, its copy by kernel column (each input row
-    once per kernel column, not once per tap as im2col's), then one reduce over channel x
-    kernel reading that copy's rows in place (runs that start on a cache line)."""
+    """A convolution of stride 2 whose kernel spans at least twice the stride over wide
+    output rows, whose window rows would read runs of a channels-last copy shorter than a
+    cache line (two channels a group): the padded input, its copy by kernel column (each
+    input row once per kernel column, not once per tap as im2col's), then one reduce over
+    channel x kernel reading that copy's rows in place (runs that start on a cache line)."""
     cout, height = 16, 5
     width = _row_columns(cout // groups) + max(1, _lanes() // 2)
     proto = _conv_model(4, cout, k, width, groups, dilation, height, strides=(2, 2))

@@ -22,6 +22,7 @@ them (a residual network's blocks after its first stage) moves no data between l
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -198,8 +199,10 @@ def _direct(ctx, x: Tensor, cig: int, rc: int, outs: list[int], strides,
     densenet121's over 14x14 maps at AVX2 5.9 -> 4.7 ms; rows shorter than a vector lose
     (densenet121's over 14x14 maps at AVX-512, 1.5x slower). The 7x7 convolutions of
     stride 2 (3 channels to 64 over 112x112) took 2.2 instead of 4.4 ms with their copies on
-    one thread (AVX-512 Xeon), 2.7 instead of 4.4 at AVX2; squeezenet's 3x3 of stride 2 (a
-    copy two thirds of im2col's) 0.66 against 0.54 ms, so it keeps the im2col copy."""
+    one thread (AVX-512 Xeon), 2.7 instead of 4.4 at AVX2, and now read a channels-last
+    copy instead where its runs are long enough (_channels_last); squeezenet's 3x3 of
+    stride 2 (a copy two thirds of im2col's) 0.66 against 0.54 ms, so it keeps the im2col
+    copy."""
     if cig == 1 or len(outs) != 2:
         return False
     if strides[-1] > 1 and kernel[0] < 2 * strides[0]:
@@ -257,10 +260,23 @@ def _channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int, outs: list[in
     accumulators busy, edges counted (cpu_model.useful_accumulators); then where the output
     channels outnumber the positions (they were the lanes already), or fill at least a
     register block's columns where the windows are not read in place positions on the
-    lanes (_direct). The in-place windows of a row are not one flat axis with the next
-    row's (the padding lies between them), so the register block's rows run along one
-    output row: a row of one block leaves it no other height and a part block at every
-    row's end.
+    lanes (_direct), or would be read so only from a copy by kernel column (a stride along
+    the rows), or the input is stored channels last (stored_channels_last: its copy then
+    moves no data between layouts, and the output stays channels last for what follows).
+    The in-place windows of a row are not one flat axis with the next row's (the padding
+    lies between them), so the register block's rows run along one output row: a row of
+    one block leaves it no other height and a part block at every row's end.
+
+    The first 7x7 convolutions of stride 2 (3 channels into 64, runs of 21 floats) so, one
+    thread (AVX-512 Xeon), with their copies: resnet50's 2.39 -> 1.83 ms, densenet121's,
+    inception_v1's and inception_v2's alike; their max pools then run along the channels
+    (0.32 -> 0.15 ms), and resnet50's first stage stays channels last: its 3x3
+    convolutions of 64 channels over 56x56 maps 1.83 -> 1.44 ms each (their 1x1
+    convolutions of 64 into 256 channels lose 0.25 ms each, a register block of 6 x 64
+    over 256 columns that 5 x 80 beats by 17%). Whole models' kernels, old and new build in
+    alternating processes, one / two threads: resnet50 -2.2% / -4.3%, inception_v2 -5.4% /
+    -9.6%, densenet121 -2.4% / -2.7%, inception_v1 -1.1% / -4.4%, zfnet512 -7.9% / 0%; at
+    AVX2 -1.3% / -1.4%, -3.4% / -5.2%, -1.0% / -1.1%, -3.4% / -5.5%, -2.7% / -3.9%.
 
     In the plan's order with their copies, old and new build in alternating processes, one
     / two threads (AVX-512 Xeon): resnet50's six 3x3 convolutions over 14x14 maps 11.5 ->
@@ -292,8 +308,9 @@ def _channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int, outs: list[in
         row = matmul_block(target, outs[-1], rc, depth, itemsize)
         if useful_accumulators(row, outs[-1]) < useful_accumulators(block, positions):
             return False
-    return _channels_on_lanes(rc, positions) or (
-        rc >= block.columns and not _direct(ctx, x, cig, rc, outs, strides, kernel))
+    return _channels_on_lanes(rc, positions) or rc >= block.columns and (
+        strides[-1] > 1 or stored_channels_last(x) is not None
+        or not _direct(ctx, x, cig, rc, outs, strides, kernel))
 
 
 def _run(groups: int, cig: int, kernel: tuple[int, ...], dilations) -> int:
@@ -325,12 +342,7 @@ def _conv_channels_last(ctx, x: Tensor, w, groups: int, cig: int, rc: int, outs:
     ran 10% slower at AVX-512)."""
     n = len(outs)
     batch = x.shape[0]
-    pad = window_pads(x.shape[2:], kernel, strides, dilations, pads, outs)
-    padded = x.permute(0, *range(2, 2 + n), 1)
-    if any(lo or hi > 0 for lo, hi in pad):  # else the windows lie inside x as it is
-        padded = padded.pad([(0, 0), *pad, (0, 0)])
-    shape = padded.shape
-    step = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    padded, step = _padded_channels_last(x, kernel, strides, dilations, pads, outs)
     taps = list(kernel)
     tap_steps = [d * st for d, st in zip(dilations, step[1:1 + n])]
     run = _run(groups, cig, kernel, dilations)
@@ -356,6 +368,40 @@ def _conv_channels_last(ctx, x: Tensor, w, groups: int, cig: int, rc: int, outs:
         weight = weight.reshape(1, groups, *([1] * p), rc, *taps, run)
     out = (cols * weight).sum(tuple(range(2 + p + 1, 2 + p + 2 + m)))
     return out.permute(0, 1, 2 + p, *range(2, 2 + p))
+
+
+def _padded_channels_last(x: Tensor, kernel, strides, dilations, pads, outs,
+                          value: float = 0.0) -> tuple[Tensor, list[int]]:
+    """x moved channels last ([batch, spatial..., channels]) and padded with value to span
+    exactly its windows, and the step of each axis of that layout: a view of x's own buffer
+    where x is stored so and the windows lie inside it, else the copy that as_strided
+    writes."""
+    n = len(outs)
+    pad = window_pads(x.shape[2:], kernel, strides, dilations, pads, outs)
+    padded = x.permute(0, *range(2, 2 + n), 1)
+    if any(lo or hi > 0 for lo, hi in pad):  # else the windows lie inside x as it is
+        padded = padded.pad([(0, 0), *pad, (0, 0)], value)
+    shape = padded.shape
+    return padded, [math.prod(shape[i + 1:]) for i in range(len(shape))]
+
+
+def pool_windows(x: Tensor, kernel, strides, dilations, pads, outs, value: float
+                 ) -> tuple[Tensor, "Callable[[Tensor], Tensor]"]:
+    """The windows a pool reads, their taps the last len(kernel) axes, and the function that
+    lays the pool's result (the taps reduced away) out as [batch, channels, outs...]. Over a
+    value stored channels last the windows are [batch, outs..., channels, taps...], read in
+    place from it (or its padded copy, channels last too), so the pool's lanes run along the
+    channels and its result is stored channels last; else Tensor.windows's [batch, channels,
+    outs..., taps...], the lanes along an output row."""
+    n, (batch, channels) = len(outs), x.shape[:2]
+    if stored_channels_last(x) is None:
+        return x.windows(kernel, strides, dilations, pads, outs, value), lambda out: out
+    padded, step = _padded_channels_last(x, kernel, strides, dilations, pads, outs, value)
+    wins = padded.as_strided(
+        [batch, *outs, channels, *kernel],
+        [step[0], *[s * st for s, st in zip(strides, step[1:1 + n])], 1,
+         *[d * st for d, st in zip(dilations, step[1:1 + n])]])
+    return wins, lambda out: out.permute(0, n + 1, *range(1, n + 1))
 
 
 def _conv_channels_on_lanes(ctx, cols: Tensor, w, batch: int, groups: int, cig: int, rc: int,

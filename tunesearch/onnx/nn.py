@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from tunesearch.onnx.conv import _geometry
+from tunesearch.onnx.conv import _geometry, pool_windows, stored_channels_last
 from tunesearch.onnx.registry import axis_of, register
 from tunesearch.onnx.shape import gather_known
 from tunesearch.tensor import Tensor
@@ -16,11 +16,13 @@ from tunesearch.tensor import Tensor
 # ---- pooling
 
 def _pool_windows(ctx, x: Tensor, value: float):
+    """The windows (taps last), the function that lays the reduced result out channels
+    first (conv.pool_windows), and the geometry."""
     kernel = list(ctx.attr("kernel_shape"))
     strides, dilations, pads, outs = _geometry(ctx, x.shape[2:], kernel,
                                                bool(ctx.attr("ceil_mode", 0)))
-    return x.windows(kernel, strides, dilations, pads, outs, value), (kernel, strides,
-                                                                        dilations, pads, outs)
+    wins, back = pool_windows(x, kernel, strides, dilations, pads, outs, value)
+    return wins, back, (kernel, strides, dilations, pads, outs)
 
 
 def _check_maxpool(ctx) -> Optional[str]:
@@ -31,15 +33,15 @@ def _check_maxpool(ctx) -> Optional[str]:
 def max_pool(ctx, x):
     x = ctx.tensor(x)
     low = -math.inf if x.dtype.is_float else int(np.iinfo(np.int32).min)
-    wins, (kernel, *_) = _pool_windows(ctx, x, low)
-    return wins.max(tuple(range(-len(kernel), 0)))
+    wins, back, (kernel, *_) = _pool_windows(ctx, x, low)
+    return back(wins.max(tuple(range(-len(kernel), 0))))
 
 
 @register("AveragePool")
 def average_pool(ctx, x):
     x = ctx.tensor(x)
-    wins, (kernel, strides, dilations, pads, outs) = _pool_windows(ctx, x, 0.0)
-    summed = wins.sum(tuple(range(-len(kernel), 0)))
+    wins, back, (kernel, strides, dilations, pads, outs) = _pool_windows(ctx, x, 0.0)
+    summed = back(wins.sum(tuple(range(-len(kernel), 0))))
     include = bool(ctx.attr("count_include_pad", 0))
     counts = np.ones((), np.float64)
     for i, k, s, d, (b, e), o in zip(x.shape[2:], kernel, strides, dilations, pads, outs):
@@ -66,12 +68,19 @@ def global_max_pool(ctx, x):
 @register("LRN")
 def lrn(ctx, x):
     """x / (bias + alpha / size * sum of squares over a window of channels) ** beta."""
-    x = ctx.tensor(x).materialize()
+    x = ctx.tensor(x)
+    order = stored_channels_last(x)
+    x = x.materialize(order)
     size = ctx.attr("size")
     alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
     channels = x.shape[1]
     lo = (size - 1) // 2
     square = (x * x).pad([(0, 0), (lo, size - 1 - lo)] + [(0, 0)] * (x.ndim - 2))
+    if order is not None:
+        # channels last, the channels are the lanes: the window's shifted reads of a padded
+        # copy of the squares rather than loads masked along the lanes (inception_v1's LRN
+        # over 55x55 maps of 64 channels: 0.63 ms so, against 0.14 channels first)
+        square = square.materialize(order)
     rest = [(0, s) for s in x.shape[2:]]
     total = None
     for j in range(size):
