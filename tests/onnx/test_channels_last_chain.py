@@ -203,3 +203,43 @@ def test_a_local_response_norm_of_a_channels_last_value():
                     _conv("y", "n", MID, 24, 1, inits)], 24, (2, width), inits)
     kernels = kernels_matching_onnxruntime(proto, 9)
     assert _reduces(kernels)[-1].domain == (1, 1, 2 * width, 24, MID)
+
+
+def test_a_concatenation_of_channels_last_values_is_stored_channels_last():
+    """Two pointwise convolutions of a channels-last value, concatenated along the channels
+    (squeezenet's fire module): each writes its slice of one buffer laid out channels last
+    (runs of its channels at every position), which the pointwise convolution after it reads
+    as it lies."""
+    width, inits = _first_width(), []
+    proto = _chain([_conv("a", "r", MID, 16, 1, inits), _conv("b", "r", MID, 48, 1, inits),
+                    helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+                    _conv("y", "cat", 64, 24, 1, inits)], 24, (2, width), inits)
+    kernels = kernels_matching_onnxruntime(proto, 10)
+    first, left, right, last = _reduces(kernels)
+    for piece, channels in ((left, 16), (right, 48)):
+        assert piece.domain == (1, 1, 2 * width, channels, MID)
+        assert piece.buffers[0].size == 2 * width * 64  # the whole concatenation
+        assert piece.out_view.strides[2:4] == (64, 1)
+    assert last.domain == (1, 1, 2 * width, 24, 64)
+
+
+def test_a_first_convolution_of_three_channels_writes_them_last():
+    """A first convolution whose three input channels are too few for the channels-last
+    read: its im2col copy and a matmul with the output channels on the lanes where they are
+    whole vectors, so its output is stored channels last and the max pool after it runs
+    along the channels."""
+    from tunesearch.runtime.device import get_device
+    lanes, inits = get_device("cpu").info().target.lanes(4), []
+    cout, size = 4 * lanes, 9
+    nodes = [_conv("c", "x", 3, cout, 3, inits, strides=[2, 2]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2])]
+    graph = helper.make_graph(
+        nodes, "first",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2 * size + 1, 2 * size + 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, 4, 4])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    kernels = kernels_matching_onnxruntime(proto, 11)
+    conv, pool = _reduces(kernels)
+    assert conv.domain == (1, 1, size * size, cout, 27)
+    assert pool.domain[:pool.n_out] == (1, 4, 4, cout)

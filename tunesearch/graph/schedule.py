@@ -195,10 +195,11 @@ def permutation_of(view: View, shape: tuple[int, ...]) -> tuple[int, ...] | None
 
 def stored_order(node: LazyNode) -> tuple[int, ...] | None:
     """The order in which node's axes lie in memory, where it reads one buffer (or one node
-    realized into a buffer) whole: the permutation of that read (permutation_of). Under
-    elementwise work, the read of a reduce not yet realized counts first (its kernel iterates
-    that reduce's domain), one through a permutation before one as laid out; else the first
-    read of any other buffer. None where no read covers node whole."""
+    realized into a buffer) whole: the permutation of that read (permutation_of), of the
+    part inside its mask for a padded read (a piece of a concatenation). Under elementwise
+    work, the read of a reduce not yet realized counts first (its kernel iterates that
+    reduce's domain), one through a permutation before one as laid out; else the first read
+    of any other buffer. None where no read covers node whole."""
     found: list[tuple[int, tuple[int, ...]]] = []
     stack, seen = [node], set()
     while stack:
@@ -207,12 +208,13 @@ def stored_order(node: LazyNode) -> tuple[int, ...] | None:
             continue
         seen.add(id(item))
         if item.op == "load":
-            order = permutation_of(item.arg, item.src[0].shape)
+            view = item.arg if item.arg.mask is None else item.arg.shrink(item.arg.mask)
+            order = permutation_of(view, item.src[0].shape)
             if order is not None:
                 source = item.src[0]
                 rank = 2 if source.is_reduce and source.realized is None else 0
-                moved = [a for a in order if item.shape[a] != 1] != \
-                    [a for a in range(len(order)) if item.shape[a] != 1]
+                moved = [a for a in order if view.shape[a] != 1] != \
+                    [a for a in range(len(order)) if view.shape[a] != 1]
                 found.append((rank + moved, order))
         elif item.is_elementwise and item.realized is None:
             stack.extend(reversed(item.src))
