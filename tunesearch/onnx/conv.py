@@ -324,14 +324,17 @@ def _first_channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int,
     too few channels for the channels-last read (a first convolution of three channels,
     _run) still puts its output channels on the lanes, so that its output is stored channels
     last and the pools and convolutions after it read it as it lies: on a CPU, where the
-    channels are whole vectors. squeezenet's first (3x3 of stride 2, 3 channels into 64,
-    AVX-512 Xeon, one thread): 0.45 -> 0.57 ms, its max pool after it 0.34 -> 0.15, its
-    first fire modules' 3x3 convolutions 0.47 -> 0.37 each."""
+    channels are whole vectors, at least FEW_CHANNELS_VECTORS of them. squeezenet's first
+    (3x3 of stride 2, 3 channels into 64, AVX-512 Xeon, one thread): 0.45 -> 0.57 ms, its
+    max pool after it 0.34 -> 0.15, its first fire modules' 3x3 convolutions 0.47 -> 0.37
+    each; squeezenet's kernels -10.7% / -6.7% on one / two threads, at AVX2 -10.7% / -4.6%.
+    shufflenet's (24 channels, three vectors at AVX2) lost 15% so at AVX2: its grouped 1x1
+    convolutions of 6 channels a group ran slower as matmuls of the positions."""
     target = get_device(ctx.device).info().target
     if target.family != "cpu" or cig == 1:
         return False
     lanes = target.lanes(x.dtype.itemsize)
-    return rc % lanes == 0 and \
+    return rc % lanes == 0 and rc >= FEW_CHANNELS_VECTORS * lanes and \
         _run(groups, cig, kernel, dilations) * x.dtype.itemsize < target.l1d.line
 
 
