@@ -411,7 +411,7 @@ def _padded_channels_last(x: Tensor, kernel, strides, dilations, pads, outs,
 
 
 def pool_windows(x: Tensor, kernel, strides, dilations, pads, outs, value: float
-                 ) -> tuple[Tensor, "Callable[[Tensor], Tensor]"]:
+                 ) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
     """The windows a pool reads, their taps the last len(kernel) axes, and the function that
     lays the pool's result (the taps reduced away) out as [batch, channels, outs...]. Over a
     value stored channels last the windows are [batch, outs..., channels, taps...], read in

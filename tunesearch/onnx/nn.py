@@ -79,7 +79,8 @@ def lrn(ctx, x):
     if order is not None:
         # channels last, the channels are the lanes: the window's shifted reads of a padded
         # copy of the squares rather than loads masked along the lanes (inception_v1's LRN
-        # over 55x55 maps of 64 channels: 0.63 ms so, against 0.14 channels first)
+        # over 55x55 maps of 64 channels: 0.35 ms so with the copy, 0.63 masked; 0.15
+        # channels first, where the layout before and after it is too)
         square = square.materialize(order)
     rest = [(0, s) for s in x.shape[2:]]
     total = None
