@@ -93,25 +93,23 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
     if any(o <= 0 for o in outs):
         raise ctx.error(f"kernel {list(kernel)} does not fit input {list(x.shape[2:])}")
     positions, depth = math.prod(outs), cig * math.prod(kernel)
-    if cig > 1 and _channels_last(ctx, x, groups, cig, rc, outs, depth, kernel, strides,
-                                  dilations):
-        out = _conv_channels_last(ctx, x, w, groups, cig, rc, outs, kernel, strides, dilations,
-                                  pads)
-        return _with_bias(ctx, out.reshape(batch, cout, *outs), bias)
     order = stored_channels_last(x)
-    if all(k == 1 for k in kernel) and cig > 1 and order is not None:
-        # a pointwise convolution of a value laid out channels last: a matmul of its rows
-        # (the positions) by the weight, the output channels on the lanes, channels last too.
-        # Work on a reduce's output (a bias, an activation) is written with that reduce, not
-        # redone on the matmul's broadcast operand once for every block of output channels
-        # (resnet50's 1x1 convolutions after a 3x3 one: 2.7 against 0.85 ms so).
-        # resnet50's kernels, in the plan's order, old and new build in alternating processes
-        # (AVX-512 Xeon): 68.8 -> 66.3 ms on one thread, 37.2 -> 35.6 on two; its 1x1
-        # convolutions over 14x14 maps 0.94 -> 0.78 ms (256 into 1024 channels) and 0.83 ->
-        # 0.70 (1024 into 256), the 3x3 ones' channels-last copies 2.6x faster (no
-        # transpose). At AVX2 even (97.5 -> 97.0 / 52.7 -> 52.6 ms): the 1x1 convolutions
-        # of 128 into 512 channels over 28x28 maps lose 9%, those of 1024 into 256 win 5-17%.
-        x = x.materialize(order)
+    # a pointwise convolution of a value laid out channels last: a matmul of its rows (the
+    # positions) by the weight, the output channels on the lanes, channels last too. Work
+    # on a reduce's output (a bias, an activation) is written with that reduce, not redone
+    # on the matmul's broadcast operand once for every block of output channels (resnet50's
+    # 1x1 convolutions after a 3x3 one: 2.7 against 0.85 ms so). resnet50's kernels, in the
+    # plan's order, old and new build in alternating processes (AVX-512 Xeon): 68.8 -> 66.3
+    # ms on one thread, 37.2 -> 35.6 on two; its 1x1 convolutions over 14x14 maps 0.94 ->
+    # 0.78 ms (256 into 1024 channels) and 0.83 -> 0.70 (1024 into 256), the 3x3 ones'
+    # channels-last copies 2.6x faster (no transpose). At AVX2 even (97.5 -> 97.0 / 52.7 ->
+    # 52.6 ms): the 1x1 convolutions of 128 into 512 channels over 28x28 maps lose 9%,
+    # those of 1024 into 256 win 5-17%.
+    pointwise_last = all(k == 1 for k in kernel) and order is not None
+    if cig > 1 and (pointwise_last or _channels_last(ctx, x, order, groups, cig, rc, outs,
+                                                     depth, kernel, strides, dilations)):
+        if pointwise_last:
+            x = x.materialize(order)
         out = _conv_channels_last(ctx, x, w, groups, cig, rc, outs, kernel, strides, dilations,
                                   pads)
         return _with_bias(ctx, out.reshape(batch, cout, *outs), bias)
@@ -255,7 +253,7 @@ def _channels_on_lanes(channels: int, positions: int) -> bool:
     return positions < channels
 
 
-def _channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int, outs: list[int],
+def _channels_last(ctx, x: Tensor, order, groups: int, cig: int, rc: int, outs: list[int],
                    depth: int, kernel: tuple[int, ...], strides, dilations) -> bool:
     """Whether a convolution reads its windows in place from a channels-last copy of its
     input, its output channels on the lanes (_conv_channels_last), rather than from an
@@ -266,8 +264,8 @@ def _channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int, outs: list[in
     channels outnumber the positions (they were the lanes already), or fill at least a
     register block's columns where the windows are not read in place positions on the
     lanes (_direct), or would be read so only from a copy by kernel column (a stride along
-    the rows), or the input is stored channels last (stored_channels_last: its copy then
-    moves no data between layouts, and the output stays channels last for what follows).
+    the rows), or the input is stored channels last (order, from stored_channels_last: its
+    copy then moves no data between layouts, and the output stays channels last for what follows).
     The in-place windows of a row are not one flat axis with the next row's (the padding
     lies between them), so the register block's rows run along one output row: a row of
     one block leaves it no other height and a part block at every row's end.
@@ -305,7 +303,7 @@ def _channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int, outs: list[in
     if target.family != "cpu":
         return False
     positions, itemsize = math.prod(outs), x.dtype.itemsize
-    if _run(groups, cig, kernel, dilations) * itemsize < target.l1d.line:
+    if not _runs_a_line(target, itemsize, groups, cig, kernel, dilations):
         return False
     block = matmul_block(target, positions, rc, depth, itemsize)
     if outs[-1] < 2 * block.rows:
@@ -314,7 +312,7 @@ def _channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int, outs: list[in
         if useful_accumulators(row, outs[-1]) < useful_accumulators(block, positions):
             return False
     return _channels_on_lanes(rc, positions) or rc >= block.columns and (
-        strides[-1] > 1 or stored_channels_last(x) is not None
+        strides[-1] > 1 or order is not None
         or not _direct(ctx, x, cig, rc, outs, strides, kernel))
 
 
@@ -335,7 +333,14 @@ def _first_channels_last(ctx, x: Tensor, groups: int, cig: int, rc: int,
         return False
     lanes = target.lanes(x.dtype.itemsize)
     return rc % lanes == 0 and rc >= FEW_CHANNELS_VECTORS * lanes and \
-        _run(groups, cig, kernel, dilations) * x.dtype.itemsize < target.l1d.line
+        not _runs_a_line(target, x.dtype.itemsize, groups, cig, kernel, dilations)
+
+
+def _runs_a_line(target, itemsize: int, groups: int, cig: int, kernel: tuple[int, ...],
+                 dilations) -> bool:
+    """Whether a window's row reads a run of a channels-last copy (_run) at least a cache
+    line long."""
+    return _run(groups, cig, kernel, dilations) * itemsize >= target.l1d.line
 
 
 def _run(groups: int, cig: int, kernel: tuple[int, ...], dilations) -> int:
@@ -367,9 +372,9 @@ def _conv_channels_last(ctx, x: Tensor, w, groups: int, cig: int, rc: int, outs:
     ran 10% slower at AVX-512)."""
     n = len(outs)
     batch = x.shape[0]
-    padded, step = _padded_channels_last(x, kernel, strides, dilations, pads, outs)
+    padded, batch_step, place_steps, tap_steps = _padded_channels_last(
+        x, kernel, strides, dilations, pads, outs)
     taps = list(kernel)
-    tap_steps = [d * st for d, st in zip(dilations, step[1:1 + n])]
     run = _run(groups, cig, kernel, dilations)
     if all(k == 1 for k in kernel):  # a pointwise convolution: no taps
         taps, tap_steps = [], []
@@ -377,8 +382,7 @@ def _conv_channels_last(ctx, x: Tensor, w, groups: int, cig: int, rc: int, outs:
         taps, tap_steps = taps[:-1], tap_steps[:-1]
     m = len(taps)
     cols = padded.as_strided([batch, groups, *outs, 1, *taps, run],
-                             [step[0], cig, *[s * st for s, st in zip(strides, step[1:1 + n])],
-                              0, *tap_steps, 1])
+                             [batch_step, cig, *place_steps, 0, *tap_steps, 1])
     p = n
     if not taps:  # a pointwise convolution: one axis of positions, a copy of them if strided
         cols, p = cols.reshape(batch, groups, math.prod(outs), 1, run), 1
@@ -396,18 +400,21 @@ def _conv_channels_last(ctx, x: Tensor, w, groups: int, cig: int, rc: int, outs:
 
 
 def _padded_channels_last(x: Tensor, kernel, strides, dilations, pads, outs,
-                          value: float = 0.0) -> tuple[Tensor, list[int]]:
+                          value: float = 0.0) -> tuple[Tensor, int, list[int], list[int]]:
     """x moved channels last ([batch, spatial..., channels]) and padded with value to span
-    exactly its windows, and the step of each axis of that layout: a view of x's own buffer
-    where x is stored so and the windows lie inside it, else the copy that as_strided
-    writes."""
+    exactly its windows (a view of x's own buffer where x is stored so and the windows lie
+    inside it, else the copy that as_strided writes), and in that layout the step from one
+    batch to the next, from one window to the next along each spatial axis, and from one
+    tap to the next."""
     n = len(outs)
     pad = window_pads(x.shape[2:], kernel, strides, dilations, pads, outs)
     padded = x.permute(0, *range(2, 2 + n), 1)
     if any(lo or hi > 0 for lo, hi in pad):  # else the windows lie inside x as it is
         padded = padded.pad([(0, 0), *pad, (0, 0)], value)
     shape = padded.shape
-    return padded, [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    step = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    return (padded, step[0], [s * st for s, st in zip(strides, step[1:1 + n])],
+            [d * st for d, st in zip(dilations, step[1:1 + n])])
 
 
 def pool_windows(x: Tensor, kernel, strides, dilations, pads, outs, value: float
@@ -421,11 +428,10 @@ def pool_windows(x: Tensor, kernel, strides, dilations, pads, outs, value: float
     n, (batch, channels) = len(outs), x.shape[:2]
     if stored_channels_last(x) is None:
         return x.windows(kernel, strides, dilations, pads, outs, value), lambda out: out
-    padded, step = _padded_channels_last(x, kernel, strides, dilations, pads, outs, value)
-    wins = padded.as_strided(
-        [batch, *outs, channels, *kernel],
-        [step[0], *[s * st for s, st in zip(strides, step[1:1 + n])], 1,
-         *[d * st for d, st in zip(dilations, step[1:1 + n])]])
+    padded, batch_step, place_steps, tap_steps = _padded_channels_last(
+        x, kernel, strides, dilations, pads, outs, value)
+    wins = padded.as_strided([batch, *outs, channels, *kernel],
+                             [batch_step, *place_steps, 1, *tap_steps])
     return wins, lambda out: out.permute(0, n + 1, *range(1, n + 1))
 
 
