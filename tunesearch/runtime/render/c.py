@@ -298,7 +298,11 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     # first copied out element by element into an array of their own, and the epilogue runs
     # as a simd loop over that copy: left element by element, GCC compiles a ReLU in it to a
     # compare and a branch per element, which costs more than the whole reduce where that is
-    # short (a grouped 1x1 convolution six channels deep: 1.6x faster)
+    # short (a grouped 1x1 convolution six channels deep: 1.6x faster). The copy runs one
+    # vector at a time as well: fully unrolled with SLP off, GCC took every lane out of its
+    # register on its own (384 extractions after each 6x64 block; resnet50's 64-deep 1x1
+    # convolutions to 256 channels ran 25% slower, its whole network 5% on one thread and
+    # 13% on two)
     # With a k tile, all tiles but the last store the partial sums as vectors straight from
     # the accumulators (through the copy, element by element, they took a third of a k-tiled
     # 3x3 convolution's time at 64-deep tiles); the last runs the epilogue on the copy
@@ -310,8 +314,8 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
             body += ["if (!last) {", *vector_nest(lane_loops, f"n{n_out - 1}"),
                      f"part[{part_idx}] = {acc_at}[0];", "}" * (n_out + 1), "} else {"]
         body.append(f"{acc_type} blk{acc_dims};")
-        body += [unroll_lanes + " " + loop + " {" for loop in lane_loops]
-        body += block_sum + [f"{blk_at} = red;", "}" * n_out]
+        body += vector_nest(lane_loops, f"n{n_out - 1}")
+        body += block_sum + [f"{blk_at} = red;", "}" * (n_out + 1)]
         body += vector_nest(lane_loops, f"n{n_out - 1}")
         body.append(f"{acc_type} red = {blk_at};")
     else:
