@@ -675,3 +675,28 @@ def test_a_sliver_half_a_page_a_step_is_packed_where_many_row_blocks_read_it():
         return b_side in config.get("pack")
     assert packed(128, 1152, 784)
     assert not packed(64, 1152, 784)
+
+
+@pytest.mark.parametrize("level", ["avx512", "avx2", "sse4"])
+def test_a_column_block_of_part_of_a_vector_runs_whole_vectors_on_a_padded_panel(level):
+    """The odd MLP's 37x333 by 333x77 product, its weight the column side: at AVX-512 the
+    default block covers the 77 columns as 80 (whole vectors: the 13 past 64 are no one
+    narrower vector), which the space offers; a part vector that is one narrower vector stays
+    (24 columns: a vector of 16 and one of 8). At every level the default is valid and its
+    column block's part vector is no more than one narrower vector."""
+    target = LEVELS[level]
+    lanes = target.lanes()
+    for (m, k, n) in ((37, 333, 77), (169, 512, 24), (49, 68, 68), (30, 64, 13)):
+        kernel = _matmul(m, k, n)
+        _, col, b_side = gemm_axes(kernel)
+        space = space_for(kernel, target, frozenset({b_side}))
+        config = space.default()
+        assert space.validate(config) is None
+        block = config.get("upcast")[col]
+        part = block % lanes
+        assert bin(part).count("1") <= 1, (m, k, n, config)
+        choices = {p.name: p.choices for p in space.parameters()}[f"upcast.{col}"]
+        assert block in choices
+        if level == "avx512":
+            assert block == {77: 80, 24: 24, 68: 68, 13: 16}[n], (n, config)
+            assert 80 in choices if n == 77 else True
