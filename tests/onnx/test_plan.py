@@ -186,3 +186,63 @@ def test_buffer_pool_takes_the_smallest_freed_buffer_that_holds_a_result():
     whole = reference.take(100, float32)
     reference.give(whole)
     assert reference.take(30, float32) is not whole and reference.take(100, float32) is whole
+
+
+def _in_place_model():
+    """y = tanh(x @ w) + x (x read by the first and the last kernel), z = x: an output that is
+    an input."""
+    w = np.random.default_rng(3).standard_normal((24, 24)).astype(np.float32) / 4
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Tanh", ["m"], ["t"]),
+             helper.make_node("Add", ["t", "x"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "in_place", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 24]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 24])],
+        [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                             ir_version=8), w
+
+
+def test_the_cpu_reads_an_input_in_place_and_lets_go_of_it():
+    """On the CPU a C-contiguous input of its dtype is read where the caller keeps it, not
+    copied into the plan's buffer (which keeps what the trace put there); every call reads the
+    array it is given; an input that is also an output, a strided view and another dtype are
+    copied; after the call the kernels point at the plan's buffer again (a later launch reads
+    nothing of the caller's)."""
+    proto, w = _in_place_model()
+    model = tox.load(proto, device="cpu")
+    plan = model._plan({"x": (5, 24)})
+    rng = np.random.default_rng(0)
+    for dtype, view in ((np.float32, False), (np.float32, True), (np.float64, False)):
+        for _ in range(3):
+            x = rng.standard_normal((5, 48) if view else (5, 24)).astype(dtype)
+            fed = x[:, ::2] if view else x
+            kept = fed.copy()
+            out = model(x=fed)
+            want = np.tanh(kept.astype(np.float32) @ w) + kept.astype(np.float32)
+            np.testing.assert_allclose(out["y"], want, rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(out["x"], kept.astype(np.float32))
+            np.testing.assert_array_equal(fed, kept)  # the caller's array is only read
+    # x is also an output here: copied, so the plan's buffer holds the last input
+    buffer = plan.input_buffers["x"]
+    np.testing.assert_array_equal(buffer.handle[:buffer.size].reshape(5, 24),
+                                  kept.astype(np.float32))
+
+    nodes = [n for n in proto.graph.node]
+    graph = helper.make_graph(nodes, "in_place_only", list(proto.graph.input),
+                              [proto.graph.output[0]], list(proto.graph.initializer))
+    alone = tox.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                       ir_version=8), device="cpu")
+    plan = alone._plan({"x": (5, 24)})
+    buffer = plan.input_buffers["x"]
+    before = buffer.handle[:buffer.size].copy()
+    x = rng.standard_normal((5, 24)).astype(np.float32)
+    np.testing.assert_allclose(alone(x=x)["y"], np.tanh(x @ w) + x, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(buffer.handle[:buffer.size], before)  # read in place
+    buffer.handle[:buffer.size] = 1.0  # what the kernels read once the call let go of x
+    x[:] = 7.0
+    plan.launch()
+    np.testing.assert_allclose(plan.device.copyout(plan._outs[0][2].realized)[:120],
+                               (np.tanh(np.ones((5, 24), np.float32) @ w) + 1).reshape(-1),
+                               rtol=1e-5, atol=1e-5)

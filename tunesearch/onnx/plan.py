@@ -139,26 +139,56 @@ class Plan:
             out.append(mine)
         return out
 
+    def copy_inputs(self, arrays: dict[str, np.ndarray]) -> None:
+        """Copy the inputs into the plan's input buffers, where its kernels launched one by
+        one read them (a call may have read them in place instead)."""
+        for name, buffer in self.input_buffers.items():
+            self.device.copyin(buffer, np.ascontiguousarray(arrays[name], self.input_dtypes[name])
+                               .reshape(-1))
+
     def launch(self) -> None:
-        if self._launch is None:
-            self._launch = self.device.sequence([(s.program, s.buffers) for s in self.steps])
-        self._launch()
+        self._bound()()
         self.device.synchronize()
 
+    def _bound(self):
+        """The plan's launches, bound once (Device.sequence)."""
+        if self._launch is None:
+            self._launch = self.device.sequence([(s.program, s.buffers) for s in self.steps])
+            outputs = {id(root.realized) for _, _, root in self._outs if root is not None}
+            self._in_place = {name for name, b in self.input_buffers.items()
+                              if id(b) not in outputs}
+        return self._launch
+
     def run(self, arrays: dict[str, np.ndarray], trace: bool = True) -> list[np.ndarray]:
-        """Copy the inputs in, run every kernel, copy the outputs out (in graph order). With
-        DEBUG=2 and up or GRAPH=1 each kernel is timed and recorded, unless `trace` is False
-        (a timing loop)."""
+        """Copy the inputs in, run every kernel, copy the outputs out (in graph order). An input
+        that no output is, C-contiguous and of its dtype, is read in place where the device's
+        launches can be pointed at it (the CPU's: `rebind`), not copied. With DEBUG=2 and up
+        or GRAPH=1 each kernel is timed and recorded, unless `trace` is False (a timing
+        loop)."""
         if len(self.steps) != len(self.items):
             self._prepare()
         device = self.device
-        for name, buffer in self.input_buffers.items():
-            device.copyin(buffer, np.ascontiguousarray(arrays[name], self.input_dtypes[name])
-                          .reshape(-1))
-        if trace and kernel_run.tracing():
-            self._traced_launch()
-        else:
-            self.launch()
+        traced = trace and kernel_run.tracing()
+        launch = None if traced else self._bound()
+        rebind = getattr(launch, "rebind", None)
+        rebound = []
+        try:
+            for name, buffer in self.input_buffers.items():
+                array = np.ascontiguousarray(arrays[name], self.input_dtypes[name])
+                if rebind is not None and name in self._in_place and array.flags.aligned \
+                        and array.size == buffer.size:
+                    rebind(buffer, array)
+                    rebound.append(buffer)
+                else:
+                    device.copyin(buffer, array.reshape(-1))
+            if traced:
+                self._traced_launch()
+            else:
+                launch()
+                device.synchronize()
+        finally:
+            for buffer in rebound:  # nothing keeps the caller's array past the call
+                rebind(buffer)
         results = []
         for dtype, value, root in self._outs:
             if root is None:

@@ -191,7 +191,10 @@ class Device(ABC):
     def sequence(self, steps: list[tuple[Program, list[Buffer]]]) -> Callable[[], None]:
         """A function that launches the programs in order on their buffers, with everything
         about the launches bound once: a model's plan calls it per run. Devices with a cheaper
-        way to chain launches override this."""
+        way to chain launches override this; one whose kernels can read host memory in place
+        gives the function a `rebind(buffer, array | None)` that points the launches reading
+        `buffer` at `array` instead (None: back at the buffer), so a plan feeds its inputs
+        without copying them."""
         bound = [(program.run, buffers) for program, buffers in steps]
 
         def launch() -> None:
