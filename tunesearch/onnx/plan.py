@@ -1,6 +1,6 @@
 """Replaying a traced model: the schedule is built once per set of input shapes, every kernel
-gets its program and its buffers once, and each call copies new inputs into the same input buffers
-and runs the same programs in order.
+gets its program and its buffers once, and each call runs the same programs in order on new
+inputs: read where the caller keeps them on the CPU, copied into the same input buffers elsewhere.
 
 Intermediate buffers are recycled: a buffer whose last reader has run is handed to a later kernel
 that writes the same size, so a deep model needs a few live activations, not one per kernel.
