@@ -143,8 +143,11 @@ class Plan:
         """Copy the inputs into the plan's input buffers, where its kernels launched one by
         one read them (a call may have read them in place instead)."""
         for name, buffer in self.input_buffers.items():
-            self.device.copyin(buffer, np.ascontiguousarray(arrays[name], self.input_dtypes[name])
-                               .reshape(-1))
+            self.device.copyin(buffer, self._input(arrays, name).reshape(-1))
+
+    def _input(self, arrays: dict[str, np.ndarray], name: str) -> np.ndarray:
+        """The input `name` C-contiguous in its dtype (a copy only where it is not already)."""
+        return np.ascontiguousarray(arrays[name], self.input_dtypes[name])
 
     def launch(self) -> None:
         self._bound()()
@@ -174,7 +177,7 @@ class Plan:
         rebound = []
         try:
             for name, buffer in self.input_buffers.items():
-                array = np.ascontiguousarray(arrays[name], self.input_dtypes[name])
+                array = self._input(arrays, name)
                 if rebind is not None and name in self._in_place and array.flags.aligned \
                         and array.size == buffer.size:
                     rebind(buffer, array)

@@ -313,7 +313,7 @@ class CPUSpace(Space):
         if not isinstance(upcast, tuple) or len(upcast) != k.n_out:
             raise ConfigError(f"upcast needs {k.n_out} values, got {upcast!r}")
         for a, u in enumerate(upcast):
-            most = max(k.domain[a], self._whole_vectors(a))
+            most = self._whole_vectors(a)
             if not isinstance(u, int) or not 1 <= u <= most:
                 raise ConfigError(f"upcast {u!r} of axis {a} is not in 1..{most}")
         if sum(1 for u in upcast if u > 1) > MAX_UPCAST_AXES:
