@@ -127,7 +127,8 @@ class CPUDevice(Device):
     def render(self, kernel: Kernel, config: Config,
                prepacked: frozenset[int] = frozenset()) -> Source:
         name = kernel.name
-        return Source(render_c(kernel, config, name, self.isa.vector_bytes, prepacked), name,
+        return Source(render_c(kernel, config, name, self.isa.vector_bytes, prepacked,
+                               self.target().l2.size), name,
                       kernel.key, len(kernel.buffers))
 
     def prepack_layouts(self, kernel: Kernel, config: Config,

@@ -22,6 +22,7 @@ from tunesearch.runtime.render.c_support import HEADER, SCRATCH, TEAM, VECTOR_MA
 from tunesearch.runtime.render.dialect import Dialect, ExprEmitter, index_expr
 from tunesearch.runtime.render.masked_loads import KEEP, masked_read
 from tunesearch.runtime.render.panels import pack_loop, padded_axes
+from tunesearch.runtime.render.prefetch import fetch_lines, next_panel_fetch
 from tunesearch.space.config import Config
 from tunesearch.space.kernel_shape import interior_ranges
 from tunesearch.space.panel_layout import PackInfo
@@ -106,11 +107,14 @@ PREFETCH_AHEAD = 2048
 
 
 def render_c(kernel: Kernel, config: Config, name: str = "kernel",
-               vector_bytes: int = 32, prepacked: frozenset[int] = frozenset()) -> str:
+             vector_bytes: int = 32, prepacked: frozenset[int] = frozenset(),
+             l2_bytes: int = 0) -> str:
     """C source for kernel under config; the entry point is `void name(data0, data1, ...)`.
     vector_bytes is the target's vector register: the vector loop runs one register at a
     time. The buffers in prepacked (a subset of the config's packs) arrive already packed,
-    whole reduce in one panel (pack_panel), so the kernel reads them as they are."""
+    whole reduce in one panel (pack_panel), so the kernel reads them as they are. l2_bytes is
+    the target's L2 per core: a prepacked panel that fits twice in it is fetched a panel
+    ahead (prefetch.py); 0 fetches none."""
     d = CDialect()
     n_out, domain = kernel.n_out, kernel.domain
     upcast = tuple(config.get("upcast", (1,) * n_out))
@@ -189,6 +193,11 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     # call: 7-9% on two threads)
     walked = [i for i, p in packs.items() if i not in streamed and i not in prepacked
               and order and order[0] not in p.axes and p.axes]
+    nblocks = [math.ceil(domain[a] / upcast[a]) for a in range(n_out)]
+    # the weights' panels each block fetches its share of a panel ahead (prefetch.py)
+    ahead = next_panel_fetch(packs, prepacked, order, nblocks, red_sizes,
+                             ktile if tiled else 0, split, l2_bytes,
+                             threads if parallel else 1)
 
     # An unmasked read in place inside the reduce goes through a pointer set where the
     # innermost reduce loop starts: the block's origins and the outer reduce indices in the
@@ -286,6 +295,15 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         if flat:  # one loop over every reduce axis, named as the innermost
             bounds = [(f"k0*{inner_size}", f"(k0+kn)*{inner_size}") if tiled
                       else ("0", str(math.prod(red_sizes)))]
+        # the reduce step a fetch ahead is at, counted from the start of the block's (tile's)
+        # reduce
+        step = f"r{inner}b-{bounds[-1][0]}" if bounds[-1][0] != "0" else f"r{inner}b"
+        for j, (lo, _) in reversed(list(enumerate(bounds[:-1]))):
+            size = math.prod(red_sizes[j + 1:])
+            step = f"({'r%d-%s' % (j, lo) if lo != '0' else 'r%d' % j})*{size}+{step}"
+        fetches = [fetch_lines(packs[i], i, order, upcast, nblocks, red_sizes,
+                               ktile if tiled else 0, step) for i in ahead]
+        body += [declaration for declaration, _ in fetches]
         for j, (lo, hi) in enumerate(bounds[:-1]):
             body.append(f"for (int r{j} = {lo}; r{j} < {hi}; r{j}++) {{")
         pointers_at, reduce_reads = len(body), {}
@@ -305,6 +323,8 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
                 first_lanes = packs[i].offset(*pack_index(i, "0"))
                 body.append(f"{{ const int r{inner} = r{inner}b; __builtin_prefetch((const char*)"
                             f"&pk{i}[{first_lanes}] + {PREFETCH_AHEAD}, 0, 2); }}")
+            if piece == 0:
+                body += [statement for _, statement in fetches]
             # the innermost real loop is the vector loop: each of its lanes has an accumulator
             # of its own, which `omp simd` tells the compiler (left to itself, GCC sometimes
             # unrolls it first and then fails to vectorize the block at all). It runs one
@@ -396,7 +416,6 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     fills = [line for i, p in packs.items() if i not in prepacked and i not in streamed
              for line in pack_loop(kernel, p, upcast, d, omp_threads if parallel else None,
                                    tiled, vector_bytes=vector_bytes)]
-    nblocks = [math.ceil(domain[a] / upcast[a]) for a in range(n_out)]
     nest: list[str] = []
     if parallel and n_out:
         collapse = f" collapse({parallel})" if parallel > 1 else ""
