@@ -700,3 +700,32 @@ def test_a_column_block_of_part_of_a_vector_runs_whole_vectors_on_a_padded_panel
         if level == "avx512":
             assert block == {77: 80, 24: 24, 68: 68, 13: 16}[n], (n, config)
             assert 80 in choices if n == 77 else True
+
+
+def test_threads_share_the_row_blocks_where_the_row_side_is_the_larger():
+    """resnet50's 1x1 convolution of 512 channels into 128 over 28x28 positions, a 784x512 by
+    512x128 matmul (1.6 MiB of rows, a 0.25 MiB weight): two threads share its row blocks,
+    each reading half the rows and the whole weight, which stays in its L2, instead of every
+    row beside half the weight; one thread keeps the column blocks outermost. Not where the
+    column side is the larger (196x1024 by 1024x256), leaves L2 or is one column block."""
+    import numpy as np
+    from tunesearch import Tensor
+    xeon = dataclasses.replace(LEVELS["avx512"], l2=Cache(2 << 20, 16))
+
+    def outer(rows, reduce, cols, on):
+        kernel = _last_kernel(Tensor(np.zeros((rows, reduce), np.float32))
+                              @ Tensor(np.zeros((reduce, cols), np.float32)))
+        row, col, b_side = gemm_axes(kernel)
+        config = space_for(kernel, on, frozenset({b_side})).default()
+        first = config.get("order")[0]
+        return "rows" if first == row else "columns" if first == col else first
+
+    assert outer(784, 512, 128, xeon) == "rows"
+    assert outer(784, 512, 256, xeon) == "rows"
+    assert outer(784, 512, 128, dataclasses.replace(xeon, threads=1)) == "columns"
+    assert outer(196, 1024, 256, xeon) == "columns"
+    mib = 1 << 20
+    assert cpu_model.threads_share_rows(xeon, 2 * mib, mib, 2)
+    assert not cpu_model.threads_share_rows(xeon, 2 * mib, mib + 4, 2)  # leaves half of L2
+    assert not cpu_model.threads_share_rows(xeon, mib, mib, 2)  # the row side no larger
+    assert not cpu_model.threads_share_rows(xeon, 2 * mib, mib, 1)  # one column block

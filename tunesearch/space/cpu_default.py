@@ -161,6 +161,10 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                     target, prod(domain[a] for a in range(n_out) if a != col), out_bytes,
                     reduce_size * itemsize, column_bytes):
                 first, last_axis = None, col  # row blocks outermost: the output row by row
+            elif cpu_model.threads_share_rows(target, domain[row] * reduce_size * itemsize,
+                                              column_bytes,
+                                              register_blocks(kernel, upcast)[col]):
+                first, last_axis = None, col  # the threads share the rows (A)
             if not cpu_model.stay_together(target.l2, reduce_size * upcast[col] * itemsize,
                                            reduce_size * upcast[row] * itemsize):
                 # the tile keeps the sliver of the outer blocks resident in L1 beside the
