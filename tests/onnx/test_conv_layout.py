@@ -291,3 +291,43 @@ def test_a_row_as_wide_as_the_flat_block_reads_a_channels_last_copy():
     kernels = kernels_matching_onnxruntime(_conv_model(cin, cout, 3, size, height=size), 15)
     assert len(kernels) == 2, [kernel.name for kernel in kernels]
     assert kernels[1].domain == (1, 1, size, size, cout, 3, 3 * cin)
+
+
+@pytest.mark.parametrize("strides, groups, weight_input", [
+    (1, 1, False), (2, 1, False), (1, 2, False), (1, 1, True)])
+def test_an_im2col_copy_of_a_channels_last_value_runs_along_its_channels(strides, groups,
+                                                                         weight_input):
+    """A 3x3 convolution over a 7x7 map of a value stored channels last (the output of one
+    with its channels on the lanes), too short a row to read in place: its im2col copy is
+    made from the channels-last padded copy, laid out [positions, taps x channels], each
+    tap's channels one run (no channels-first copy between), and the weight (a constant or
+    an input of the graph) follows that order."""
+    cin, mid, cout, size = 16, 96, 128, 7 * strides
+    w1 = (RNG.standard_normal((mid, cin, 3, 3)) * 0.2).astype(np.float32)
+    w2 = (RNG.standard_normal((cout, mid // groups, 3, 3)) * 0.1).astype(np.float32)
+    b2 = RNG.standard_normal(cout).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["y"], pads=[1] * 4, group=groups,
+                              strides=[strides] * 2)]
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(b2, "b2")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, size, size])]
+    if weight_input:
+        inputs.append(helper.make_tensor_value_info("w2", TensorProto.FLOAT, list(w2.shape)))
+    else:
+        inits.append(numpy_helper.from_array(w2, "w2"))
+    graph = helper.make_graph(
+        nodes, "conv", inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, 7, 7])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    kernels = kernels_matching_onnxruntime(proto, 12)
+    last = max(i for i, kernel in enumerate(kernels) if kernel.n_reduce)
+    matmul = kernels[last]
+    assert matmul.domain[-1] == mid // groups * 9  # [positions, taps x channels] rows
+    copies = [kernel for kernel in kernels[:last] if not kernel.n_reduce
+              and kernel.domain[-1] == mid // groups and kernel.domain[-3:-1] == (3, 3)]
+    assert copies, [kernel.name for kernel in kernels]  # the im2col copy: taps, then channels
+    # no channels-first copy of the 96 channels: every copy before it keeps them last
+    for kernel in kernels[:last]:
+        if not kernel.n_reduce and mid in kernel.domain:
+            assert kernel.domain[-1] in (mid, mid // groups), kernel.name

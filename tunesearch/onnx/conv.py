@@ -114,8 +114,13 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
                                   pads)
         return _with_bias(ctx, out.reshape(batch, cout, *outs), bias)
     cols = x.windows(kernel, strides, dilations, pads, outs)
-    if cig > 1 and _channels_on_lanes(rc, positions):
-        out = _conv_channels_on_lanes(ctx, cols, w, batch, groups, cig, rc, outs, kernel)
+    if cig > 1 and _channels_on_lanes(rc, positions) and order is not None:
+        out = _conv_channels_on_lanes(ctx, _taps_by_channels(x, groups, cig, outs, kernel,
+                                                             strides, dilations, pads),
+                                      w, batch, groups, cig, rc, outs, kernel, taps_first=True)
+    elif cig > 1 and _channels_on_lanes(rc, positions):
+        out = _conv_channels_on_lanes(ctx, _channels_by_taps(cols, groups, cig, outs, kernel),
+                                      w, batch, groups, cig, rc, outs, kernel)
     elif all(k == 1 for k in kernel):
         cols = cols.reshape(batch, groups, 1, cig, positions)
         out = (cols * _weight(ctx, w, (1, groups, rc, cig, 1))).sum(3)
@@ -134,7 +139,8 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
         weight = _weight(ctx, w, (1, groups, rc, *([1] * n), *kernel))
         out = (cols * weight).sum(tuple(range(3 + n, 3 + 2 * n)))
     elif _first_channels_last(ctx, x, groups, cig, rc, kernel, dilations):
-        out = _conv_channels_on_lanes(ctx, cols, w, batch, groups, cig, rc, outs, kernel)
+        out = _conv_channels_on_lanes(ctx, _channels_by_taps(cols, groups, cig, outs, kernel),
+                                      w, batch, groups, cig, rc, outs, kernel)
     else:
         # one im2col copy laid out [channel x kernel, positions]: the positions are contiguous
         # in the copy's reads and writes and in the matmul's column operand and output
@@ -435,22 +441,53 @@ def pool_windows(x: Tensor, kernel, strides, dilations, pads, outs, value: float
     return wins, lambda out: out.permute(0, n + 1, *range(1, n + 1))
 
 
-def _conv_channels_on_lanes(ctx, cols: Tensor, w, batch: int, groups: int, cig: int, rc: int,
-                            outs: list[int], kernel: tuple[int, ...]) -> Tensor:
-    """The convolution as a matmul over [positions, channel x kernel] x [channel x kernel,
-    output channels]: the output channels are the vector lanes and the weight is the column
-    operand (packed once, when the plan is built); the result is read back transposed."""
-    n = len(outs)
-    positions, depth = math.prod(outs), cig * math.prod(kernel)
+def _channels_by_taps(cols: Tensor, groups: int, cig: int, outs: list[int],
+                      kernel: tuple[int, ...]) -> Tensor:
+    """Channels-first windows ([batch, channels, outs..., taps...]) as the rows of an im2col
+    matmul, [batch, groups, positions, 1, channel x taps]."""
+    n, batch = len(outs), cols.shape[0]
     cols = cols.reshape(batch, groups, cig, *outs, *kernel)
     order = [0, 1] + [3 + i for i in range(n)] + [2] + [3 + n + i for i in range(n)]
-    cols = cols.permute(order).reshape(batch, groups, positions, 1, depth)
+    return cols.permute(order).reshape(batch, groups, math.prod(outs), 1,
+                                       cig * math.prod(kernel))
+
+
+def _taps_by_channels(x: Tensor, groups: int, cig: int, outs: list[int],
+                      kernel: tuple[int, ...], strides, dilations, pads) -> Tensor:
+    """The windows of a value stored channels last as the rows of an im2col matmul, [batch,
+    groups, positions, 1, taps x channel]: read from its channels-last padded copy, each
+    tap's channels one contiguous run, so the im2col copy reads and writes runs of channels
+    where the channels-first order (_channels_by_taps) first transposed the input into a
+    channels-first padded copy and then gathered single floats a map apart. resnet50's 3x3
+    convolutions over 7x7 maps of 512 channels (AVX-512 Xeon, one thread), their copies:
+    0.15 -> 0.05 ms each."""
+    batch = x.shape[0]
+    padded, batch_step, place_steps, tap_steps = _padded_channels_last(
+        x, kernel, strides, dilations, pads, outs)
+    wins = padded.as_strided([batch, groups, *outs, *kernel, cig],
+                             [batch_step, cig, *place_steps, *tap_steps, 1])
+    return wins.reshape(batch, groups, math.prod(outs), 1, cig * math.prod(kernel))
+
+
+def _conv_channels_on_lanes(ctx, rows: Tensor, w, batch: int, groups: int, cig: int, rc: int,
+                            outs: list[int], kernel: tuple[int, ...],
+                            taps_first: bool = False) -> Tensor:
+    """The convolution as a matmul over [positions, channel x kernel] x [channel x kernel,
+    output channels] (rows: [batch, groups, positions, 1, depth], the depth taps x channel
+    where taps_first): the output channels are the vector lanes and the weight is the column
+    operand (packed once, when the plan is built); the result is read back transposed."""
+    depth = cig * math.prod(kernel)
     if isinstance(w, np.ndarray):  # laid out [channel x kernel, output channels] on the host
+        w = w.reshape(groups, rc, cig, math.prod(kernel))
+        if taps_first:
+            w = w.transpose(0, 1, 3, 2)
         w = np.ascontiguousarray(w.reshape(groups, rc, depth).transpose(0, 2, 1))
         weight = ctx.tensor(w).reshape(1, groups, 1, depth, rc).permute(0, 1, 2, 4, 3)
     else:
+        if taps_first:
+            w = w.reshape(groups, rc, cig, math.prod(kernel)).permute(0, 1, 3, 2)
         weight = w.reshape(1, groups, 1, rc, depth)
-    out = (cols * weight).sum(4)
+    out = (rows * weight).sum(4)
     return out.permute(0, 1, 3, 2)
 
 
