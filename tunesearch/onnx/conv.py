@@ -114,13 +114,11 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
                                   pads)
         return _with_bias(ctx, out.reshape(batch, cout, *outs), bias)
     cols = x.windows(kernel, strides, dilations, pads, outs)
-    if cig > 1 and _channels_on_lanes(rc, positions) and order is not None:
-        out = _conv_channels_on_lanes(ctx, _taps_by_channels(x, groups, cig, outs, kernel,
-                                                             strides, dilations, pads),
-                                      w, batch, groups, cig, rc, outs, kernel, taps_first=True)
-    elif cig > 1 and _channels_on_lanes(rc, positions):
-        out = _conv_channels_on_lanes(ctx, _channels_by_taps(cols, groups, cig, outs, kernel),
-                                      w, batch, groups, cig, rc, outs, kernel)
+    if cig > 1 and _channels_on_lanes(rc, positions):
+        taps_first = order is not None  # stored channels last: its copy runs along them
+        rows = _taps_by_channels(x, groups, cig, outs, kernel, strides, dilations, pads) \
+            if taps_first else _channels_by_taps(cols, groups, cig, outs, kernel)
+        out = _conv_channels_on_lanes(ctx, rows, w, groups, cig, rc, kernel, taps_first)
     elif all(k == 1 for k in kernel):
         cols = cols.reshape(batch, groups, 1, cig, positions)
         out = (cols * _weight(ctx, w, (1, groups, rc, cig, 1))).sum(3)
@@ -140,7 +138,7 @@ def conv_nd(ctx, x: Tensor, w, bias, groups: int, strides, dilations, pads) -> T
         out = (cols * weight).sum(tuple(range(3 + n, 3 + 2 * n)))
     elif _first_channels_last(ctx, x, groups, cig, rc, kernel, dilations):
         out = _conv_channels_on_lanes(ctx, _channels_by_taps(cols, groups, cig, outs, kernel),
-                                      w, batch, groups, cig, rc, outs, kernel)
+                                      w, groups, cig, rc, kernel)
     else:
         # one im2col copy laid out [channel x kernel, positions]: the positions are contiguous
         # in the copy's reads and writes and in the matmul's column operand and output
@@ -469,9 +467,8 @@ def _taps_by_channels(x: Tensor, groups: int, cig: int, outs: list[int],
     return wins.reshape(batch, groups, math.prod(outs), 1, cig * math.prod(kernel))
 
 
-def _conv_channels_on_lanes(ctx, rows: Tensor, w, batch: int, groups: int, cig: int, rc: int,
-                            outs: list[int], kernel: tuple[int, ...],
-                            taps_first: bool = False) -> Tensor:
+def _conv_channels_on_lanes(ctx, rows: Tensor, w, groups: int, cig: int, rc: int,
+                            kernel: tuple[int, ...], taps_first: bool = False) -> Tensor:
     """The convolution as a matmul over [positions, channel x kernel] x [channel x kernel,
     output channels] (rows: [batch, groups, positions, 1, depth], the depth taps x channel
     where taps_first): the output channels are the vector lanes and the weight is the column

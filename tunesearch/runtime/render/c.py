@@ -195,9 +195,9 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
               and order and order[0] not in p.axes and p.axes]
     nblocks = [math.ceil(domain[a] / upcast[a]) for a in range(n_out)]
     # the weights' panels each block fetches its share of a panel ahead (prefetch.py)
-    ahead = next_panel_fetch(packs, prepacked, order, nblocks, red_sizes,
-                             ktile if tiled else 0, split, l2_bytes,
-                             threads if parallel else 1)
+    fetch_tile = ktile if tiled else 0
+    ahead = next_panel_fetch(packs, prepacked, order, nblocks, red_sizes, fetch_tile, split,
+                             l2_bytes, threads if parallel else 1)
 
     # An unmasked read in place inside the reduce goes through a pointer set where the
     # innermost reduce loop starts: the block's origins and the outer reduce indices in the
@@ -301,8 +301,8 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         for j, (lo, _) in reversed(list(enumerate(bounds[:-1]))):
             size = math.prod(red_sizes[j + 1:])
             step = f"({'r%d-%s' % (j, lo) if lo != '0' else 'r%d' % j})*{size}+{step}"
-        fetches = [fetch_lines(packs[i], i, order, upcast, nblocks, red_sizes,
-                               ktile if tiled else 0, step) for i in ahead]
+        fetches = [fetch_lines(packs[i], i, order, upcast, nblocks, red_sizes, fetch_tile, step)
+                   for i in ahead]
         body += [declaration for declaration, _ in fetches]
         for j, (lo, hi) in enumerate(bounds[:-1]):
             body.append(f"for (int r{j} = {lo}; r{j} < {hi}; r{j}++) {{")

@@ -41,15 +41,15 @@ def next_panel_fetch(packs: dict[int, PackInfo], prepacked: frozenset[int],
     outer = order[0]
     if nblocks[outer] < 2 * threads:
         return []
-    rows = ktile or red_sizes[0]
-    out = []
-    for i, p in packs.items():
-        if i not in prepacked or p.axes != [outer]:
-            continue
-        slice_bytes = rows * math.prod(red_sizes[1:]) * math.prod(p.lanes) * p.dtype.itemsize
-        if 2 * slice_bytes <= l2_bytes:
-            out.append(i)
-    return out
+    return [i for i, p in packs.items() if i in prepacked and p.axes == [outer]
+            and 2 * _slice(p, red_sizes, ktile)[1] <= l2_bytes]
+
+
+def _slice(pack: PackInfo, red_sizes: tuple[int, ...], ktile: int) -> tuple[int, int]:
+    """(reduce steps, bytes) of one outer block's panel under one k tile (the whole reduce
+    without one)."""
+    steps = (ktile or red_sizes[0]) * math.prod(red_sizes[1:])
+    return steps, steps * math.prod(pack.lanes) * pack.dtype.itemsize
 
 
 def fetch_lines(pack: PackInfo, index: int, order: tuple[int, ...], upcast: tuple[int, ...],
@@ -66,14 +66,11 @@ def fetch_lines(pack: PackInfo, index: int, order: tuple[int, ...], upcast: tupl
     for a in inner_axes:
         place = f"({place})*{nblocks[a]}+(o{a}/{upcast[a]})" if place != "0" \
             else f"(o{a}/{upcast[a]})"
-    rows = ktile or red_sizes[0]
-    steps = rows * math.prod(red_sizes[1:])
-    itemsize = pack.dtype.itemsize
-    slice_bytes = steps * math.prod(pack.lanes) * itemsize
+    steps, slice_bytes = _slice(pack, red_sizes, ktile)
     share = -(-slice_bytes // inner_blocks)
     per_step = -(-share // steps)  # bytes a reduce step fetches: a line every few steps or more
     if ktile:  # the last k tile may be shorter: its shares are of the rows it has
-        row_bytes = slice_bytes // rows
+        row_bytes = slice_bytes // ktile
         share = f"((kn)*{row_bytes}+{inner_blocks - 1})/{inner_blocks}"
     zeros = ["0"] * (len(pack.reduce) - 1)
     first = ["k0" if ktile else "0"] + zeros
