@@ -4,6 +4,7 @@
     python scripts/bench_models.py --tuned --time-budget 600   # each model tuned first
     python scripts/bench_models.py --models transformer_block odd_mlp --threads 1 --repeat 20
     python scripts/bench_models.py --models odd_mlp --busy 2   # on a loaded machine
+    python scripts/bench_models.py --models inception_v2 --processes 6   # spread over processes
 
 --tuned runs the real command line, `tunesearch tune FILE --time-budget T --db URL --quiet`, on
 each model (written to a temporary .onnx file) before timing it with the configs that tune
@@ -21,6 +22,11 @@ included; intra_op_num_threads for onnxruntime), each timed in its own block of 
 core). --busy N starts N processes spinning on the CPU before each model's runs, both libraries'
 alike, and stops them after (the tuning runs on a quiet machine).
 
+One process is one sample (its threads, its memory, the machine's state while it runs): each
+model is timed in --processes fresh processes, one after another, both libraries in each; the
+table gives the median process of each library, their ratio, and each library's spread (its
+slowest process over its fastest).
+
 Prints a markdown table: median latency of a whole call (inputs copied in, outputs copied out),
 the ratio to onnxruntime (below 1 is faster), the time of the first call (tracing, scheduling and
 compiling), the kernel count, how many ran tuned, the launch overhead per kernel (a launch from
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -136,6 +143,28 @@ def bench(name: str, proto, threads: int, repeat: int, db: str | None) -> dict:
             "overhead": profile.launch_overhead, "fixed": ours - profile.kernel_seconds}
 
 
+def _in_processes(name: str, threads: int, repeat: int, db: str | None, processes: int,
+                  busy_n: int) -> list[dict]:
+    """bench() in `processes` fresh processes, one after another; one row each."""
+    rows = []
+    for _ in range(processes):
+        command = [sys.executable, __file__, "--child", name, "--threads", str(threads),
+                   "--repeat", str(repeat)] + (["--db", db] if db else [])
+        env = dict(os.environ)
+        if db is None:
+            env["TUNESEARCH_NODB"] = "1"
+        with busy(busy_n):
+            done = subprocess.run(command, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise SystemExit(f"timing {name} failed:\n{done.stderr[-3000:]}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+def _spread(values: list[float]) -> float:
+    return max(values) / min(values)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=_model_names(),
@@ -145,7 +174,9 @@ def main() -> int:
                         help="threads for tune, tunesearch and onnxruntime (default: "
                              "TUNESEARCH_THREADS, else every core)")
     parser.add_argument("--repeat", type=int, default=10,
-                        help="timed calls per library (default 10)")
+                        help="timed calls per library and process (default 10)")
+    parser.add_argument("--processes", type=int, default=5,
+                        help="fresh processes each model is timed in (default 5)")
     parser.add_argument("--tuned", action="store_true",
                         help="tune each model with `tunesearch tune` first, then time it with "
                              "the stored configs (default: defaults only, no database)")
@@ -156,35 +187,50 @@ def main() -> int:
                              "default: a fresh SQLite file in a temporary folder)")
     parser.add_argument("--busy", type=int, default=0, metavar="N",
                         help="CPU-bound processes spinning while both libraries run (default 0)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     tuned = args.tuned or args.db is not None
     if args.threads is not None:
         os.environ["TUNESEARCH_THREADS"] = str(args.threads)
+    if args.child is not None:  # one process's sample
+        from tunesearch import settings
+        row = bench(args.child, _model(args.child), settings.cpu_threads(), args.repeat,
+                    args.db)
+        print(json.dumps(row))
+        return 0
     if not tuned:
         os.environ["TUNESEARCH_NODB"] = "1"
     from tunesearch import settings
+    from tunesearch.runtime.host_cpu import cpuinfo
     threads = settings.cpu_threads()
     with tempfile.TemporaryDirectory(prefix="bench_models_") as folder:
         db = args.db or f"sqlite:///{Path(folder) / 'tuned.db'}"
         configs = (f"tuned for {args.time_budget:g} s per model into "
                    f"{args.db or 'an empty database'}" if tuned else "default configs")
-        print(f"CPU, {threads} thread{'s' * (threads != 1)}, {configs}, median of {args.repeat}, "
+        print(f"{cpuinfo()['model']}, {threads} thread{'s' * (threads != 1)}, {configs}, "
+              f"median process of {args.processes} (each the median of {args.repeat} calls), "
               f"{args.busy} busy process{'es' * (args.busy != 1)}\n")
         tune_column = ("tune s | ", "---:|") if tuned else ("", "")
         print(f"| model | GFLOP | {tune_column[0]}tunesearch ms | onnxruntime ms | ratio "
-              "| first call s | kernels | tuned | launch overhead us/kernel "
-              "| per-call overhead us |")
-        print(f"|---|---:|{tune_column[1]}---:|---:|---:|---:|---:|---:|---:|---:|")
+              "| spread tunesearch | spread onnxruntime | first call s | kernels | tuned "
+              "| launch overhead us/kernel | per-call overhead us |")
+        print(f"|---|---:|{tune_column[1]}---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name in args.models:
             proto = _model(name)
             tune_s = tune(name, proto, Path(folder), db, args.time_budget) if tuned else None
-            with busy(args.busy):
-                row = bench(name, proto, threads, args.repeat, db if tuned else None)
+            rows = _in_processes(name, threads, args.repeat, db if tuned else None,
+                                 args.processes, args.busy)
+            ours = statistics.median(r["ours"] for r in rows)
+            theirs = statistics.median(r["ort"] for r in rows)
+            row = rows[len(rows) // 2]
             tune_cell = f"{tune_s:.0f} | " if tuned else ""
-            print(f"| {row['model']} | {row['gflop']:.3f} | {tune_cell}{row['ours'] * 1e3:.2f} "
-                  f"| {row['ort'] * 1e3:.2f} | {row['ours'] / row['ort']:.2f} "
-                  f"| {row['first']:.1f} | {row['kernels']} | {row['tuned']} "
-                  f"| {row['overhead'] * 1e6:.1f} | {row['fixed'] * 1e6:.0f} |", flush=True)
+            print(f"| {name} | {row['gflop']:.3f} | {tune_cell}{ours * 1e3:.2f} "
+                  f"| {theirs * 1e3:.2f} | {ours / theirs:.2f} "
+                  f"| {_spread([r['ours'] for r in rows]):.2f} "
+                  f"| {_spread([r['ort'] for r in rows]):.2f} "
+                  f"| {statistics.median(r['first'] for r in rows):.1f} | {row['kernels']} "
+                  f"| {row['tuned']} | {statistics.median(r['overhead'] for r in rows) * 1e6:.1f} "
+                  f"| {statistics.median(r['fixed'] for r in rows) * 1e6:.0f} |", flush=True)
     return 0
 
 

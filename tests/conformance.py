@@ -105,7 +105,9 @@ def build_cpu_library(kernel: Kernel, configs: list[Config], folder: Path,
     lib = folder / f"{kernel.key}{opt}{level or ''}.so"
     src.write_text("\n".join(parts))
     flags = [opt if f == "-O3" else f for f in level_flags(level)]
-    proc = subprocess.run([compiler()[0], *flags, str(src), "-o", str(lib), "-lm"],
+    from tunesearch.runtime.device import get_device
+    pool = str(get_device("cpu")._pool_path)  # the thread pool shared loops run on, by path
+    proc = subprocess.run([compiler()[0], *flags, str(src), "-o", str(lib), "-lm", pool],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return ctypes.CDLL(str(lib))
@@ -127,7 +129,8 @@ def level_flags(level: str | None = None) -> list[str]:
     from tunesearch.runtime.device import get_device
     if level is None:
         return list(get_device("cpu").flags)
-    return FLAGS + host_cpu.compile_flags(*host_cpu.resolve_level(level))
+    from tunesearch.runtime.cpu import compiler
+    return FLAGS + host_cpu.compile_flags(*host_cpu.resolve_level(level), compiler()[0])
 
 
 def level_target(level: str | None = None):

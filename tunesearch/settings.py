@@ -89,19 +89,16 @@ def cpu_isa() -> str:
     return os.environ.get("TUNESEARCH_CPU_ISA", "").strip().lower() or "native"
 
 
-def omp_spin() -> int | None:
-    """TUNESEARCH_OMP_SPIN: how long an idle OpenMP thread spins before it sleeps, in spins of
-    libgomp's GOMP_SPINCOUNT (default 10000, a 30th of libgomp's own: long enough to catch the
-    next kernel of a model, short enough not to hold a busy machine's core for milliseconds).
-    "openmp" leaves OpenMP's own settings (and OMP_WAIT_POLICY, GOMP_SPINCOUNT, KMP_BLOCKTIME
-    when the user set them) alone; 0 is passive waiting."""
+def omp_spin() -> int:
+    """TUNESEARCH_OMP_SPIN: how long an idle worker of the CPU's thread pool spins before it
+    sleeps, in rounds of a pause instruction (default 10000, a fraction of a millisecond:
+    long enough to catch the next kernel of a model, short enough not to hold a busy
+    machine's core). 0 sleeps at once; "openmp", from when the pool was OpenMP's, is the
+    default."""
     value = os.environ.get("TUNESEARCH_OMP_SPIN", "").strip().lower()
     if value == "openmp":
-        return None
-    spins = _int("TUNESEARCH_OMP_SPIN", 10000)
-    if spins < 0:
-        raise ValueError(f"TUNESEARCH_OMP_SPIN={value!r} must be 0 or more, or 'openmp'")
-    return spins
+        return 10000
+    return _int("TUNESEARCH_OMP_SPIN", 10000, minimum=0, maximum=1 << 30)
 
 
 def cuda_driver() -> str:

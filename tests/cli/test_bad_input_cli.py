@@ -184,7 +184,8 @@ CASES = [
     Case("run corrupt TUNESEARCH_DB", ("run", FIXED), ("corrupt.db",),
          {"TUNESEARCH_DB": "{dir}/corrupt.db"}),
     Case("run empty --db", ("run", FIXED, "--db", "{dir}/empty.db"), ("empty.db",)),
-    Case("run missing --db", ("run", FIXED, "--db", "{dir}/none.db"), ("none.db",)),
+    Case("run missing --db", ("run", FIXED, "--db", "{dir}/none.db"),
+         ("none.db", "TUNESEARCH_NODB=1", "creates it")),
     Case("run unreachable server", ("run", FIXED),
          ("cannot connect",), {"TUNESEARCH_DB": "postgresql://nobody@127.0.0.1:1/none"}),
     # databases given to tune: refused before the search

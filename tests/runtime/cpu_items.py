@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 
 from tunesearch.runtime.device import get_device
+from tunesearch.space.cpu_model import MAX_BLOCK_ROWS, registers_needed
 from tunesearch.space.spaces import space_for
 
 DEVICE = get_device("cpu")
@@ -20,6 +21,16 @@ def cpu_config(kernel, threads: int, **knobs):
                                      **knobs)
     assert space.validate(config) is None, space.validate(config)
     return config
+
+
+def rows_that_fit(vectors: int) -> int:
+    """The most rows of a register block `vectors` vectors wide whose accumulators, column
+    vectors and broadcast fit this target's register file (cpu_model.registers_needed), at
+    least one: a block sized by the machine the test runs on, not the one it was written on
+    (5 x 80 and 4 x 96 at AVX-512; one row at AVX2, where no such block fits)."""
+    registers = DEVICE.info().target.vector_registers
+    return max([1] + [rows for rows in range(1, MAX_BLOCK_ROWS + 1)
+                      if registers_needed(rows, vectors) <= registers])
 
 
 def run_item(item, config) -> tuple[np.ndarray, object]:

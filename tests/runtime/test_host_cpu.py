@@ -110,3 +110,24 @@ def test_buffers_start_on_a_cache_line():
         values = np.arange(size, dtype=np.float32)
         device.copyin(buffer, values)
         np.testing.assert_array_equal(device.copyout(buffer), values)
+
+
+@pytest.mark.skipif(not X86, reason="x86 ISA levels")
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_cpu_the_compiler_does_not_know_gets_the_level_march_and_a_known_tuning(
+        level, monkeypatch):
+    """GCC 12 resolves -march=native on Zen 5 to generic tuning: the device then compiles for
+    the level's -march with the newest core of the vendor that the compiler accepts."""
+    from tunesearch.runtime.cpu import compiler
+    cc = compiler()[0]
+    name, isa = host_cpu.resolve_level(level)
+    monkeypatch.setattr(host_cpu, "native_cpu", lambda _cc: "generic")
+    flags = host_cpu.compile_flags(name, isa, cc)
+    assert flags[0] == f"-march={isa.march}" and flags[1].startswith("-mtune=")
+    tuning = flags[1].split("=", 1)[1]
+    assert tuning not in ("native", "generic")
+    assert subprocess.run([cc, f"-mtune={tuning}", "-E", "-x", "c", "/dev/null"],
+                          capture_output=True).returncode == 0
+    monkeypatch.setattr(host_cpu, "native_cpu", lambda _cc: "znver3")  # a CPU it knows
+    known = host_cpu.compile_flags(name, isa, cc)
+    assert known[0] == ("-march=native" if name == "native" else f"-march={isa.march}")

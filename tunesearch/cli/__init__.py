@@ -114,12 +114,19 @@ def cmd_tune(args) -> int:
                               model=Path(args.model).stem, constants=constants)
     from tunesearch.cli import before_after
     from tunesearch.runtime.device import get_device
-    compared = before_after.measure(model, inputs, args.repeat, store.url)
+    # each side's latency in fresh processes: one process is one sample of threads and memory
+    shapes = {name: tuple(a.shape) for name, a in inputs.items()}
+
+    def compare():
+        return before_after.measure_in_processes(str(args.model), shapes, args.device,
+                                                 args.repeat, store.url)
+    compared = compare()
     kept = before_after.keep_defaults(store, get_device(args.device),
                                       {k.key: k for k in kernels},
                                       before_after.losers(compared, report.results), constants)
     if kept:  # the model again, with the defaults kept where the winners lost
-        compared = before_after.measure(model, inputs, args.repeat, store.url)
+        compared = compare()
+    before_after.use_configs(model, store.url, use_db=True)
     model(inputs)  # a warm call with the tuned kernels, the one DEBUG and GRAPH=1 show
     default_time = {k.key: t for k, t in before.kernels}
     total = sum(default_time.values()) or 1.0
@@ -134,6 +141,8 @@ def cmd_tune(args) -> int:
     summary = {"model": str(args.model), "device": args.device, "device_key": report.device_key,
                "database": store.where, "latency_before_s": compared.before_s,
                "latency_after_s": compared.after_s, "speedup": compared.speedup,
+               "latency_before_by_process_s": compared.before_by_process,
+               "latency_after_by_process_s": compared.after_by_process,
                "noisy": compared.noisy, "block_spread": compared.spread,
                "kept_default": len(kept),
                "kernels_tuned": compared.n_tuned, "kernels": compared.n_kernels,
@@ -179,11 +188,15 @@ def _print_tune_table(summary: dict) -> None:
                       f"{r['gbps']:.2f}" if r["gbps"] is not None else "-")
     console = Console()
     console.print(table)
-    console.print(f"model latency, timed back to back in blocks: "
-                  f"{_fmt_time(summary['latency_before_s'])} with defaults -> "
-                  f"{_fmt_time(summary['latency_after_s'])} tuned "
-                  f"({summary['speedup']:.2f}x), {summary['kernels_tuned']} of "
-                  f"{summary['kernels']} kernels tuned; results in {summary['database']}")
+    before, after = (summary["latency_before_by_process_s"],
+                     summary["latency_after_by_process_s"])
+    console.print(f"model latency, the median of {len(before)} processes, each timing both "
+                  f"back to back in blocks: {_fmt_time(summary['latency_before_s'])} with "
+                  f"defaults ({_fmt_time(min(before))} to {_fmt_time(max(before))}) -> "
+                  f"{_fmt_time(summary['latency_after_s'])} tuned ({_fmt_time(min(after))} to "
+                  f"{_fmt_time(max(after))}), {summary['speedup']:.2f}x; "
+                  f"{summary['kernels_tuned']} of {summary['kernels']} kernels tuned; results "
+                  f"in {summary['database']}")
     if summary["kept_default"]:
         console.print(f"{summary['kept_default']} winner(s) ran slower inside the model than "
                       f"the default did there: the default is kept for them (\"kept default\")")

@@ -7,20 +7,30 @@ the blocks of one side disagree by more than NOISE, more rounds are run; if they
 the comparison says the machine was too noisy to trust it instead of printing a speed-up it did
 not see.
 
+One process is one sample: its threads, its buffers' addresses and the machine's mood while it
+runs are its own. So the blocks run in PROCESSES fresh processes, one after another, and every
+figure is the median over them (`measure_in_processes`); the spread between processes is
+reported with the figures.
+
 A winner is chosen on the kernel alone. Inside the model its neighbours, the cache state and the
 threads can make it slower than the default was there: such a winner is not applied. The
 default takes its place in the database (the kernel keeps the config that ran faster in its
-model) and the comparison lists it.
+model) and the comparison lists it. Judged on the median process, a winner that was faster in one
+lucky process only loses.
 """
 from __future__ import annotations
 
 import json
+import os
 import statistics
-from dataclasses import dataclass, field
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
 
 NOISE = 0.10        # blocks of one side further apart than this (relative) are not trusted
 LOSS = 0.05         # a winner this much slower than the default inside the model loses its place
 ROUNDS, MAX_ROUNDS = 3, 7
+PROCESSES = 3       # fresh processes the model is timed in after a tune
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,8 @@ class Comparison:
     kernel_before: dict = field(default_factory=dict)   # key -> seconds inside the model
     kernel_after: dict = field(default_factory=dict)    # (medians over the blocks)
     kernel_after_best: dict = field(default_factory=dict)  # key -> its fastest block
+    before_by_process: tuple[float, ...] = ()   # each process's median, where several ran
+    after_by_process: tuple[float, ...] = ()
 
     @property
     def noisy(self) -> bool:
@@ -49,6 +61,13 @@ def profile_with(model, inputs, repeat: int, db_url: str | None, use_db: bool):
     """Profile the model with tuned configs from db_url, or with every kernel's default: fresh
     plans, programs and lookup, so each side looks its configs up afresh. The model keeps that
     lookup for its later calls."""
+    use_configs(model, db_url, use_db)
+    return model.profile(inputs, repeat=repeat)
+
+
+def use_configs(model, db_url: str | None, use_db: bool) -> None:
+    """From the next call on, the model runs the tuned configs of db_url (use_db) or every
+    kernel's default: fresh plans, programs and lookup."""
     from tunesearch.runtime import realize
     from tunesearch.runtime.lookup import TunedConfigs
     from tunesearch.tensor.lookups import tune_on_miss
@@ -56,7 +75,6 @@ def profile_with(model, inputs, repeat: int, db_url: str | None, use_db: bool):
     realize.clear_programs()
     model.reset_plans()
     model.use_lookup(lookup)
-    return model.profile(inputs, repeat=repeat)
 
 
 def _per_kernel(profile) -> dict[str, float]:
@@ -96,6 +114,46 @@ def measure(model, inputs, repeat: int, db_url: str | None) -> Comparison:
         kernel_after={k: statistics.median(d[k] for d in kernels_after)
                       for k in kernels_after[-1]},
         kernel_after_best={k: min(d[k] for d in kernels_after) for k in kernels_after[-1]})
+
+
+def measure_in_processes(model: str, shapes: dict, device: str, repeat: int, db_url: str,
+                         processes: int = PROCESSES) -> Comparison:
+    """`measure` in `processes` fresh processes, one after another (model: a path or
+    example:NAME, as the command line takes it); each figure is the median over them. The
+    spread is the larger of the spread between processes and the median process's own."""
+    request = json.dumps({"model": model, "shapes": {k: list(v) for k, v in shapes.items()},
+                          "device": device, "repeat": repeat})
+    env = dict(os.environ, TUNESEARCH_MEASURE_DB=db_url)  # the URL may hold a password
+    runs = []
+    for _ in range(processes):
+        done = subprocess.run([sys.executable, "-m", "tunesearch.cli.before_after"],
+                              input=request, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"timing the model in a process of its own failed "
+                               f"(exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+        runs.append(Comparison(**json.loads(done.stdout.strip().splitlines()[-1])))
+    return combine(runs)
+
+
+def combine(runs: list[Comparison]) -> Comparison:
+    """The median process of several: each side's latency and each kernel's time, the median
+    over the processes; the fastest block of a kernel's winner, its median too (one lucky
+    process does not save a winner)."""
+    median = statistics.median
+    before = tuple(r.before_s for r in runs)
+    after = tuple(r.after_s for r in runs)
+    spread = max(_spread(list(before)), _spread(list(after)), median(r.spread for r in runs))
+
+    def per_kernel(name: str) -> dict:
+        keys = getattr(runs[-1], name)
+        return {k: median(getattr(r, name).get(k, getattr(runs[-1], name)[k]) for r in runs)
+                for k in keys}
+    return Comparison(median(before), median(after), spread, sum(r.rounds for r in runs),
+                      n_tuned=runs[-1].n_tuned, n_kernels=runs[-1].n_kernels,
+                      kernel_before=per_kernel("kernel_before"),
+                      kernel_after=per_kernel("kernel_after"),
+                      kernel_after_best=per_kernel("kernel_after_best"),
+                      before_by_process=before, after_by_process=after)
 
 
 def losers(comparison: Comparison, results) -> list:
@@ -143,3 +201,21 @@ def keep_defaults(store, device, kernels: dict, results, constants: dict | None 
                      supersede=True)
         done.append(kernel.key)
     return done
+
+
+def _child() -> int:
+    """One process of `measure_in_processes`: the request on stdin, the Comparison as one line
+    of JSON on stdout."""
+    from tunesearch.cli import resolve_model
+    from tunesearch.onnx import load
+    request = json.loads(sys.stdin.read())
+    shapes = {k: tuple(v) for k, v in request["shapes"].items()}
+    model = load(resolve_model(request["model"]), shapes, device=request["device"])
+    inputs = model.random_inputs(seed=0)
+    comparison = measure(model, inputs, request["repeat"], os.environ["TUNESEARCH_MEASURE_DB"])
+    print(json.dumps(asdict(comparison)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child())

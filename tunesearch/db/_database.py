@@ -67,8 +67,11 @@ class Database:
             _make_default_folder(parsed)
         path = sqlite_file(parsed)
         if self.readonly and path is not None and not path.is_file():
-            raise DatabaseError(f"cannot open database {self.where}: "
-                                f"{'not a file' if path.exists() else 'no such file'}")
+            if path.exists():
+                raise DatabaseError(f"cannot open database {self.where}: not a file")
+            raise DatabaseError(f"cannot open database {self.where}: no such file (a tune "
+                                f"with --db {path} creates it; TUNESEARCH_NODB=1 runs with "
+                                "default configs and no database)")
         self._engine = open_engine(parsed, read_only=self.readonly)
         self._pid = os.getpid()
         self._write_refusal: DatabaseError | None = None

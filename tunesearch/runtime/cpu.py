@@ -1,4 +1,5 @@
-"""The CPU device: C from the lowering, the system C compiler, OpenMP, ctypes.
+"""The CPU device: C from the lowering, the system C compiler, a thread pool of its own
+(cpu_pool.py), ctypes.
 
 Compiled objects are cached on disk under the cache folder, keyed by the source, the compiler and
 its flags, so a kernel is compiled once per machine.
@@ -13,7 +14,6 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +25,7 @@ from tunesearch import settings
 from tunesearch.graph.dtypes import DType
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime import host_cpu
-from tunesearch.runtime.cpu_team import Team
+from tunesearch.runtime.cpu_pool import POOL_SOURCE
 from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
 from tunesearch.runtime.render.c import render_c
@@ -36,7 +36,7 @@ from tunesearch.space.target import Target
 # the ISA flags (-march...) come from the target model: see host_cpu.compile_flags.
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC may
 # not compute both sides of a select (a clamp before exp2, a mask) in vector lanes; results are
-# the same bit for bit.
+# the same bit for bit. -fopenmp: the `omp simd` loops (parallel loops run on cpu_pool.py).
 FLAGS = ["-O3", "-fopenmp", "-fno-trapping-math", "-fPIC", "-shared", "-std=gnu11", "-w"]
 
 
@@ -58,15 +58,19 @@ class CPUDevice(Device):
 
     def __init__(self):
         compiler()  # fail early, with the install hint
-        _configure_openmp()
         self.threads = settings.cpu_threads()
         try:
             self.isa_name, self.isa = host_cpu.resolve_level(settings.cpu_isa())
         except host_cpu.IsaError as exc:
             raise DeviceUnavailable(str(exc)) from None
-        self.flags = FLAGS + host_cpu.compile_flags(self.isa_name, self.isa)
+        self.flags = FLAGS + host_cpu.compile_flags(self.isa_name, self.isa,
+                                                    compiler()[0])
         self._dir = settings.cache_dir() / "cpu"
         self._dir.mkdir(parents=True, exist_ok=True)
+        self._pool_path = _compile(self._dir, Source(POOL_SOURCE, "ts_parallel", "pool"),
+                                   FLAGS + ["-pthread"], [])
+        self._pool = _pool_at(str(self._pool_path))
+        self._pool.ts_pool_configure(self.threads, settings.omp_spin())
 
     @functools.cache
     def info(self) -> DeviceInfo:
@@ -92,22 +96,13 @@ class CPUDevice(Device):
     def _fork_join_seconds(self) -> float:
         """What a parallel loop costs to start and end here and now: the best of a few
         measurements, rounded to the nearest power of two microseconds (in log scale), so a
-        machine gives the same figure every time. Rounded up instead, a quiet Xeon's best of
-        0.77-1.01 us came out as 1 or 2 us from one process to the next, which flipped a
-        kernel of the transformer block onto one thread and its plan on two threads from 0.28
-        ms to 0.30-0.38. On a loaded machine threads wake late and the figure grows, so fewer
-        kernels are worth sharing out: that is the point of measuring it."""
+        machine gives the same figure every time. On a loaded machine threads wake late and
+        the figure grows, so fewer kernels are worth sharing out: that is the point of
+        measuring it."""
         if self.threads <= 1:
             return 0.0
-        try:
-            lib = ctypes.CDLL(self.compile(Source(host_cpu.FORK_JOIN_SOURCE, "fork_join",
-                                                  "fork_join")).decode())
-        except (OSError, CompileError):
-            return Target(self.space_family).fork_join_s
-        lib.fork_join.restype = ctypes.c_double
-        lib.fork_join.argtypes = [ctypes.c_int, ctypes.c_int]
-        lib.fork_join(self.threads, 20)  # the threads start
-        best = min(lib.fork_join(self.threads, 40) for _ in range(5))
+        self._pool.ts_fork_join(self.threads, 20)  # the threads start
+        best = min(self._pool.ts_fork_join(self.threads, 40) for _ in range(5))
         return 2.0 ** round(math.log2(max(best, 1e-6) * 1e6)) * 1e-6
 
     def alloc(self, size: int, dtype: DType) -> Buffer:
@@ -140,19 +135,10 @@ class CPUDevice(Device):
         return pack_panel(kernel, config, index, values)
 
     def compile(self, source: Source) -> bytes:
-        cc, version = compiler()
-        digest = hashlib.sha256("\n".join([source.text, version, *self.flags]).encode()).hexdigest()
-        path = self._dir / f"{digest[:32]}.so"
-        if not path.exists():
-            with tempfile.TemporaryDirectory(dir=self._dir) as tmp:
-                src, obj = Path(tmp) / "k.c", Path(tmp) / "k.so"
-                src.write_text(source.text)
-                proc = subprocess.run([cc, *self.flags, str(src), "-o", str(obj), "-lm"],
-                                      capture_output=True, text=True)
-                if proc.returncode != 0:
-                    raise CompileError(f"{cc} failed on {source.entry}:\n{proc.stderr[-4000:]}")
-                os.replace(obj, path)  # atomic: concurrent compilers never see half a file
-        return str(path).encode()
+        # a kernel with shared loops links the thread pool's library by its path, so every
+        # kernel of a process runs on the one pool
+        pool = [str(self._pool_path)] if "ts_parallel(" in source.text else []
+        return str(_compile(self._dir, source, self.flags, pool)).encode()
 
     def load(self, artifact: bytes, source: Source) -> Program:
         lib = ctypes.CDLL(artifact.decode())
@@ -183,14 +169,10 @@ class CPUDevice(Device):
         addresses = [_address(b) for _, buffers in steps for b in buffers]
         args = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
         run, n = chain.run_chain, len(steps)
-        team = Team(self.threads, chain.swap_team_limit)
-        call = functools.partial(run, n, entries, counts, args)
+        launch = functools.partial(run, n, entries, counts, args)
         slots: dict[int, list[int]] = {}
         for i, buffer in enumerate(b for _, buffers in steps for b in buffers):
             slots.setdefault(buffer.serial, []).append(i)
-
-        def launch() -> None:
-            team.run(call)
 
         def rebind(buffer: Buffer, array: np.ndarray | None = None) -> None:
             """Point the kernels that read `buffer` at `array` (C-contiguous, aligned, its
@@ -201,43 +183,43 @@ class CPUDevice(Device):
             for i in slots.get(buffer.serial, ()):
                 args[i] = address
         launch.keep = (entries, counts, args)  # the arrays live as long as the function
-        launch.team = team
         launch.rebind = rebind
         return launch
 
 
-def _configure_openmp() -> None:
-    """Bound how long idle OpenMP threads spin, before the OpenMP runtime starts (it reads its
-    environment once, when the first kernel library loads it). OpenMP's default spin of about
-    300,000 rounds makes a waiting thread hold its core for milliseconds: on a machine with
-    other work, a kernel then waits for a descheduled thread, 10-100x its time. Settings the
-    user made are kept."""
-    spins = settings.omp_spin()
-    if spins is None or "OMP_WAIT_POLICY" in os.environ:
-        return
-    os.environ.setdefault("GOMP_SPINCOUNT", str(spins))            # GCC's libgomp
-    os.environ.setdefault("KMP_BLOCKTIME", "0" if spins == 0 else "1")  # LLVM's libomp, in ms
-    if settings.debug() >= 1 and _openmp_loaded():
-        print("tunesearch: the OpenMP runtime was loaded before the CPU device: its spin "
-              "setting stays as it was", file=sys.stderr)
+def _compile(folder: Path, source: Source, flags: list[str], libraries: list[str]) -> Path:
+    """The shared library of a source, compiled once per machine into folder: keyed by the
+    source, the compiler, its flags and the libraries it links."""
+    cc, version = compiler()
+    digest = hashlib.sha256("\n".join([source.text, version, *flags, *libraries])
+                            .encode()).hexdigest()
+    path = folder / f"{digest[:32]}.so"
+    if not path.exists():
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            src, obj = Path(tmp) / "k.c", Path(tmp) / "k.so"
+            src.write_text(source.text)
+            proc = subprocess.run([cc, *flags, str(src), "-o", str(obj), "-lm", *libraries],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise CompileError(f"{cc} failed on {source.entry}:\n{proc.stderr[-4000:]}")
+            os.replace(obj, path)  # atomic: concurrent compilers never see half a file
+    return path
 
 
-def _openmp_loaded() -> bool:
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return False
-    return "libgomp" in maps or "libomp" in maps
+@functools.lru_cache(maxsize=None)
+def _pool_at(path: str) -> ctypes.CDLL:
+    """The thread pool (cpu_pool.py) loaded; kernels link it by this path, so a process holds
+    one pool."""
+    lib = ctypes.CDLL(path)
+    lib.ts_pool_configure.restype = None
+    lib.ts_pool_configure.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.ts_fork_join.restype = ctypes.c_double
+    lib.ts_fork_join.argtypes = [ctypes.c_int, ctypes.c_int]
+    return lib
 
 
 MAX_CHAINED_ARGS = 16
 _CHAIN_SOURCE = """
-#include <omp.h>
-int swap_team_limit(int threads) {
-  int previous = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  return previous;
-}
 typedef void (*k1)(void*);
 #define P(i) a[i]
 void run_chain(int n, void** entries, const int* counts, void** args) {
@@ -260,8 +242,6 @@ def _chain_library_at(path: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(path)
     lib.run_chain.restype = None
     lib.run_chain.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    lib.swap_team_limit.restype = ctypes.c_int
-    lib.swap_team_limit.argtypes = [ctypes.c_int]
     return lib
 
 

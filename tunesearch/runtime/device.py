@@ -40,7 +40,7 @@ class DeviceEntry:
 # processes it starts (search/messages.py DeviceSpec)
 DEVICES: dict[str, DeviceEntry] = {
     "cpu": DeviceEntry("tunesearch.runtime.cpu:CPUDevice", "cpu",
-                       "C through the system C compiler, with OpenMP"),
+                       "C through the system C compiler, loops shared over a thread pool"),
     "opencl": DeviceEntry("tunesearch.runtime.opencl:OpenCLDevice", "gpu",
                           "OpenCL C through pyopencl, on a GPU or on the CPU with PoCL"),
     "cuda": DeviceEntry("tunesearch.runtime.cuda:CUDADevice", "gpu",

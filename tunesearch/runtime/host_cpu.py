@@ -12,6 +12,13 @@ here. Levels follow the x86-64 micro-architecture levels that compilers know:
     sse4     x86-64-v2: SSE4.2, 16 registers of 16 bytes
 
 On other architectures only `native` exists (on ARM: NEON, 32 registers of 16 bytes).
+
+The model (registers and width by level, two FMA pipes, caches from sysfs) has been checked
+against these x86 machines, each with its own figures in docs/benchmarks/: Intel Xeon of the
+Sapphire Rapids generation (AVX-512, L1d 48 KiB, L2 2 MiB), AMD Zen 3 (AVX2 + FMA, L1d 32 KiB,
+L2 512 KiB), Zen 4 (AVX-512 on 256-bit pipes, L1d 32 KiB, L2 1 MiB) and Zen 5 (AVX-512 on
+512-bit pipes, L1d 48 KiB, L2 1 MiB; OpenBLAS's one-core 234 GFLOPS there is two 16-lane FMA
+pipes at its clock). GCC 12 does not know Zen 5: see compile_flags.
 """
 from __future__ import annotations
 
@@ -107,16 +114,76 @@ def resolve_level(requested: str, flags: str | None = None) -> tuple[str, IsaLev
     return name, X86_LEVELS[name]
 
 
-def compile_flags(name: str, level: IsaLevel) -> list[str]:
+# Tunings a compiler may know, newest first, by vendor and level: where the compiler does not
+# know this CPU (GCC 12 on Zen 5), -march=native tunes for "generic", whose register allocation
+# spilled a full register block's accumulators; the newest core of the vendor that runs the
+# level, which the compiler knows, is tuned for instead.
+KNOWN_TUNINGS = {
+    "AuthenticAMD": {"avx512": ("znver5", "znver4", "icelake-server", "skylake-avx512"),
+                     "avx2": ("znver5", "znver4", "znver3", "znver2", "haswell"),
+                     "sse4": ("znver3", "znver2", "znver1", "nehalem")},
+    "GenuineIntel": {"avx512": ("graniterapids", "sapphirerapids", "icelake-server",
+                                "skylake-avx512"),
+                     "avx2": ("alderlake", "skylake", "haswell"),
+                     "sse4": ("skylake", "nehalem")},
+}
+UNKNOWN_CPU = frozenset({"", "generic", "x86-64", "intel"})
+
+
+@functools.lru_cache(maxsize=None)
+def native_cpu(cc: str) -> str | None:
+    """The CPU the compiler tunes for under -march=native ("generic" or "x86-64" where it does
+    not know this one); None where the compiler does not say (neither GCC nor clang)."""
+    try:
+        gcc = subprocess.run([cc, "-march=native", "-Q", "--help=target"],
+                             capture_output=True, text=True, timeout=30)
+        for line in gcc.stdout.splitlines():
+            option, _, value = line.strip().partition(" ")
+            if option == "-mtune=" and gcc.returncode == 0:
+                return value.strip()
+        clang = subprocess.run([cc, "-march=native", "-###", "-c", "-x", "c", os.devnull],
+                               capture_output=True, text=True, timeout=30)
+        words = clang.stderr.replace('"', " ").split()
+        if "-target-cpu" in words:
+            return words[words.index("-target-cpu") + 1]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        pass
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_knows_tuning(cc: str, tuning: str) -> bool:
+    try:
+        return subprocess.run([cc, f"-mtune={tuning}", "-E", "-x", "c", os.devnull],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def known_tuning(cc: str, level: IsaLevel, vendor: str) -> str | None:
+    """The newest core of this vendor (else Intel's) that runs the level and that the compiler
+    knows; None where it knows none of them."""
+    tunings = KNOWN_TUNINGS.get(vendor, KNOWN_TUNINGS["GenuineIntel"]).get(level.name, ())
+    return next((t for t in tunings if _compiler_knows_tuning(cc, t)), None)
+
+
+def compile_flags(name: str, level: IsaLevel, cc: str | None = None) -> list[str]:
     """The code generation flags of a level. The preferred vector width is set to the level's
     registers: the model's register blocks assume the compiler uses the whole register (GCC
-    otherwise stays at 256 bits on some AVX-512 parts)."""
-    if name == "native":
+    otherwise stays at 256 bits on some AVX-512 parts). Where the compiler does not know this
+    CPU, the level's -march and a tuning it knows replace -march=native / -mtune=native, so
+    the code does not depend on the compiler being newer than the CPU."""
+    if not _is_x86():
+        return ["-march=native"]
+    resolved = native_cpu(cc) if cc else None
+    tuning = "native"
+    if resolved is not None and resolved.lower() in UNKNOWN_CPU:
+        tuning = known_tuning(cc, level, cpuinfo()["vendor"]) or "generic"
+    if name == "native" and tuning == "native":
         flags = ["-march=native"]
     else:
-        flags = [f"-march={level.march}", "-mtune=native"]
-    if _is_x86():
-        flags.append(f"-mprefer-vector-width={level.vector_bytes * 8}")
+        flags = [f"-march={level.march}", f"-mtune={tuning}"]
+    flags.append(f"-mprefer-vector-width={level.vector_bytes * 8}")
     return flags
 
 
@@ -203,25 +270,6 @@ def clock_ghz() -> float:
         return max(0.5, float(cpuinfo()["mhz"]) / 1000)
     except ValueError:
         return 2.5
-
-
-FORK_JOIN_SOURCE = """
-#include <omp.h>
-double fork_join(int threads, int rounds) {
-  /* the mean over rounds, each after 20 us of serial work on the calling thread (the gap
-     between two kernels of a model) */
-  volatile double sink = 0; double total = 0;
-  for (int r = 0; r < rounds; r++) {
-    double t0 = omp_get_wtime();
-    while (omp_get_wtime() - t0 < 20e-6) sink += 1;
-    double start = omp_get_wtime();
-    #pragma omp parallel num_threads(threads)
-    { sink += 0; }
-    total += omp_get_wtime() - start;
-  }
-  return total / rounds;
-}
-"""
 
 
 def target_for(family: str, level: IsaLevel, threads: int, fork_join_s: float = 0.0) -> Target:

@@ -96,7 +96,7 @@ class TunedConfigs:
         """The config this kernel runs with here: a valid tuned record, else the default (a
         miss, an invalid record or a database error: a lookup never makes a run fail).
         constants: its input buffers that hold weights where it runs (see Space)."""
-        key = (kernel.key, device.name, frozenset(constants))
+        key = (kernel.key, device.info().key, frozenset(constants))  # the device as configured
         if key in self._choices:
             return self._choices[key]
         space = space_for(kernel, device.info().target, constants)

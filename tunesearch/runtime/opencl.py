@@ -1,8 +1,10 @@
 """The OpenCL device: OpenCL C from the GPU lowering, built and launched through pyopencl.
 
-It uses any OpenCL platform, a GPU first. Without one, `pip install "tunesearch[opencl]"` brings
-PoCL (pocl-binary-distribution): pyopencl's wheel ships an ICD loader that also reads the .icd
-files in its own folder, where PoCL's is, so no system setup is needed. Kernel times come from
+It uses the first OpenCL device that builds and runs a probe kernel, a GPU first. Without one,
+`pip install "tunesearch[opencl]"` brings PoCL (pocl-binary-distribution): pyopencl's wheel ships
+an ICD loader that also reads the .icd files in its own folder, where PoCL's is, so no system
+setup is needed. Where that PoCL's LLVM does not know the CPU, the distribution's PoCL
+(pocl-opencl-icd, found through /etc/OpenCL/vendors) is taken: it builds. Kernel times come from
 the queue's profiling events. Artifacts are program binaries, so a program compiled in one
 process (the search's compile pool) is loaded in another (its runner).
 """
@@ -50,8 +52,44 @@ def _import_pyopencl():
     return pyopencl
 
 
-def _pick_device(cl) -> Any:
-    """The first GPU of any platform, else the first accelerator, else the first device."""
+PROBE_SOURCE = ("__kernel void tunesearch_probe(__global float* x) "
+                "{ x[get_global_id(0)] += 1.0f; }")
+DISTRIBUTION_HINT = ("install the distribution's PoCL, whose LLVM picks a kernel library for "
+                     "CPUs it does not know (Debian/Ubuntu: apt-get install pocl-opencl-icd)")
+
+
+def _probe(cl, device) -> str | None:
+    """None where the device builds and runs a one-line kernel; else why not, in one line. A
+    platform may list a device and still build nothing: PoCL's pip build (LLVM 14) answers
+    "unknown target CPU" on a CPU newer than its LLVM."""
+    try:
+        context = cl.Context([device])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = cl.Program(context, PROBE_SOURCE).build()
+        queue = cl.CommandQueue(context)
+        host = np.zeros(4, np.float32)
+        buffer = cl.Buffer(context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                           hostbuf=host)
+        program.tunesearch_probe(queue, (4,), None, buffer)
+        cl.enqueue_copy(queue, host, buffer, is_blocking=True)
+    except Exception as exc:  # noqa: BLE001 - any failure of a driver means: not this one
+        return _first_error_line(str(exc) or type(exc).__name__)
+    if not np.array_equal(host, np.ones(4, np.float32)):
+        return "the probe kernel computed wrong values"
+    return None
+
+
+def _first_error_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or [""])[0][:200]
+
+
+def _pick_device(cl, probe=_probe) -> Any:
+    """The first device that builds and runs a probe kernel, GPUs first, then accelerators,
+    then the rest, in the platforms' order. Raises DeviceUnavailable with every device's
+    reason when none does."""
     try:
         platforms = cl.get_platforms()
     except cl.Error as exc:
@@ -60,7 +98,15 @@ def _pick_device(cl) -> Any:
     if not devices:
         raise DeviceUnavailable(f"OpenCL platforms have no devices: {INSTALL_HINT}")
     rank = {cl.device_type.GPU: 0, cl.device_type.ACCELERATOR: 1}
-    return min(devices, key=lambda d: min((v for t, v in rank.items() if d.type & t), default=2))
+    devices.sort(key=lambda d: min((v for t, v in rank.items() if d.type & t), default=2))
+    failures = []
+    for device in devices:
+        why = probe(cl, device)
+        if why is None:
+            return device
+        failures.append(f"{device.platform.version.strip()} {device.name.strip()}: {why}")
+    raise DeviceUnavailable(f"no OpenCL device builds a kernel ({'; '.join(failures)}): "
+                            f"{DISTRIBUTION_HINT}")
 
 
 class OpenCLDevice(GPUDevice):

@@ -1,11 +1,12 @@
 """Lowering a kernel and a CPU config to a C loop nest.
 
 The nest: optional packing of operands into blocked scratch panels; block loops over the output
-axes in the configured order (the first `parallel` of them shared out by OpenMP); inside each block
-an always-inline function that keeps a register block of accumulators (upcast per output axis, and
-`split` partial sums along the innermost reduce axis), runs the reduce loops (the innermost
-unrolled), then applies the work after the reduce and stores. Tail blocks call the same function
-with smaller constant bounds, so every call site is specialized by the compiler.
+axes in the configured order (the first `parallel` of them shared over the thread pool); inside
+each block an always-inline function that keeps a register block of accumulators (upcast per
+output axis, and `split` partial sums along the innermost reduce axis), runs the reduce loops
+(the innermost unrolled), then applies the work after the reduce and stores. Tail blocks call
+the same function with smaller constant bounds, so every call site is specialized by the
+compiler.
 
 With a k tile, the first reduce axis is cut into tiles run one after another around the block
 loops: each block keeps its partial results in a scratch buffer between tiles and applies the work
@@ -18,7 +19,8 @@ import math
 
 from tunesearch.graph.kernel import Kernel, KNode
 from tunesearch.runtime.render.block_calls import shifted_tails, tail_dispatch
-from tunesearch.runtime.render.c_support import HEADER, SCRATCH, TEAM, VECTOR_MATH
+from tunesearch.runtime.render.c_support import HEADER, SCRATCH, VECTOR_MATH
+from tunesearch.runtime.render.parallel import DECLARATION, outline_parallel_loops
 from tunesearch.runtime.render.dialect import Dialect, ExprEmitter, index_expr
 from tunesearch.runtime.render.masked_loads import KEEP, masked_read
 from tunesearch.runtime.render.panels import pack_loop, padded_axes
@@ -136,7 +138,7 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     whole_blocks = max(split, *upcast, 1) <= UNROLL_LANES
     # the pragma first: a function compiled with other options is not inlined into the kernel
     lines = [HEADER] + ([NO_LIBCALLS] if whole_blocks else []) + [VECTOR_MATH] \
-        + ([KEEP] if masked else []) + [SCRATCH] + ([TEAM] if parallel else [])
+        + ([KEEP] if masked else []) + [SCRATCH] + ([DECLARATION] if parallel else [])
     if reduce_node is not None and sum(u > 1 for u in upcast) >= 2:
         # a register block over two axes: its accumulators stay in registers
         lines += [NO_SLP, NO_HOIST]
@@ -403,16 +405,20 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         lines += [f"static __attribute__((noinline)) void {tail}({_params(kernel, d)}{origins}"
                   f"{extra}) {{", f"  {name}_block({call}{pack_args});", "}", ""]
 
-    # ---- the entry point
-    lines.append(f"void {name}({_params(kernel, d)}) {{")
+    # ---- the entry point; its shared loops become functions the thread pool runs
+    before_entry = lines
+    lines = [f"void {name}({_params(kernel, d)}) {{"]
+    captures = [tuple(p.rsplit(" ", 1)) for p in _params(kernel, d).split(", ")]
     omp_threads = f" num_threads(team({threads}))"
     for slot, (i, p) in enumerate(packs.items()):
         tname = d.type_name(p.dtype)
         if i in prepacked:
             lines.append(f"  const {tname}* pk{i} = data{i};")
+            captures.append((f"const {tname}*", f"pk{i}"))
         elif i not in streamed:
             lines.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, "
                          f"{p.size}*sizeof({tname}));")
+            captures.append((f"{tname}*", f"pk{i}"))
     fills = [line for i, p in packs.items() if i not in prepacked and i not in streamed
              for line in pack_loop(kernel, p, upcast, d, omp_threads if parallel else None,
                                    tiled, vector_bytes=vector_bytes)]
@@ -480,13 +486,16 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
         lines.append(f"    const int kn = last ? {red_sizes[0]}-k0 : {ktile};")
         lines += ["  " + line for line in fills + nest]
         lines += ["  }", f"  scratch_done({len(packs)}, part, {size}*sizeof({acc_type}));"]
+        captures += [(f"{acc_type}*", "part"), ("const int", "k0"), ("const int", "first"),
+                     ("const int", "last"), ("const int", "kn")]
     else:
         lines += fills + ["  " + line for line in nest]
     lines += [f"  scratch_done({slot}, pk{i}, {p.size}*sizeof({d.type_name(p.dtype)}));"
               for slot, (i, p) in enumerate(packs.items())
               if i not in prepacked and i not in streamed]
     lines.append("}")
-    return "\n".join(lines) + "\n"
+    functions, lines = outline_parallel_loops(lines, name, captures)
+    return "\n".join(before_entry + functions + lines) + "\n"
 
 
 def streamed_packs(packs: dict[int, PackInfo], prepacked: frozenset[int],

@@ -1,5 +1,5 @@
 """The C every CPU kernel includes beside its loop nest: the headers, sqrt, exp2 and log2 that
-vectorize, scratch kept between calls, and the team size a parallel loop asks OpenMP for."""
+vectorize, and scratch kept between calls."""
 from __future__ import annotations
 
 HEADER = "#include <math.h>\n#include <stdlib.h>\n#include <stdbool.h>\n#include <string.h>\n"
@@ -80,18 +80,5 @@ static void* scratch(int slot, size_t bytes) {{
 static void scratch_done(int slot, void* p, size_t bytes) {{
   if ((bytes + 63) / 64 * 64 > {SCRATCH_KEEP} || slot >= 8) free(p);
 }}
-#endif
-"""
-
-# The team a parallel loop asks for: its configured threads, or fewer where the caller has
-# lowered OpenMP's thread limit (omp_set_num_threads) because a busy machine keeps taking a
-# thread's core away (see runtime/cpu_team.py)
-TEAM = """#ifndef TUNESEARCH_TEAM
-#define TUNESEARCH_TEAM
-#include <omp.h>
-static inline int team(int threads) {
-  int limit = omp_get_max_threads();
-  return limit < threads ? limit : threads;
-}
 #endif
 """

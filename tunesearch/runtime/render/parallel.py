@@ -1,0 +1,96 @@
+"""Parallel loops of a C kernel handed to the CPU's thread pool (runtime/cpu_pool.py).
+
+The renderer writes a shared loop as OpenMP would read it (`#pragma omp parallel for` with its
+collapse and team, then the loop). Here each such loop becomes a function of a range of its
+(collapsed) iterations and a context struct of the variables it reads, and the loop becomes a
+call of `ts_parallel`: the pool's caller runs whatever no worker has claimed, which an OpenMP
+team cannot (its closing barrier waits for a thread the system has descheduled).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from tunesearch.runtime.cpu_pool import DECLARATION
+
+PRAGMA = re.compile(r"^(\s*)#pragma omp parallel for(?: collapse\((\d+)\))? "
+                    r"num_threads\(team\((\d+)\)\) schedule\(static\)\s*$")
+LOOP = re.compile(r"^\s*for \(int (\w+) = 0; \1 < ([^;]+); \1\+\+\)\s*(\{)?\s*$")
+BARE_LOOP = re.compile(r"^\s*for \(.*\)\s*$")
+
+
+def _statement_end(lines: list[str], start: int, opened: bool) -> int:
+    """The index after the statement that starts at lines[start] (the body of a loop whose
+    header opened a brace already, where opened)."""
+    depth, i = int(opened), start
+    if not opened:
+        while BARE_LOOP.match(lines[i]):  # inner loops without braces head the statement
+            i += 1
+        depth = lines[i].count("{") - lines[i].count("}")
+        i += 1
+    while depth > 0:
+        depth += lines[i].count("{") - lines[i].count("}")
+        i += 1
+    return i
+
+
+def outline_parallel_loops(lines: list[str], name: str, captures: list[tuple[str, str]]
+                           ) -> tuple[list[str], list[str]]:
+    """(the functions of the shared loops, the lines with each loop replaced by its call).
+    captures: (declaration, variable) of everything a loop may read from the function around
+    it (the kernel's buffers, panels, a k tile's bounds), e.g. ("const float* restrict",
+    "data1"); each loop's function gets them all through its context."""
+    functions: list[str] = []
+    out: list[str] = []
+    fields = "".join(f" {decl.replace(' restrict', '')} {var};" for decl, var in captures)
+    values = ", ".join(var for _, var in captures)
+    i = count = 0
+    while i < len(lines):
+        pragma = PRAGMA.match(lines[i])
+        if pragma is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent, collapse, threads = pragma.group(1), int(pragma.group(2) or 1), pragma.group(3)
+        heads = [LOOP.match(line) for line in lines[i + 1:i + 1 + collapse]]
+        assert all(heads), lines[i:i + 1 + collapse]
+        opened = heads[-1].group(3) is not None
+        end = _statement_end(lines, i + 1 + collapse, opened)
+        fn = f"{name}_loop{count}"
+        count += 1
+        bounds = [h.group(2).strip() for h in heads]
+        functions += _loop_function(fn, heads, bounds, lines[i + 1 + collapse:end], opened,
+                                    fields, captures)
+        total = "*".join(f"(long)({b})" for b in bounds)
+        out.append(f"{indent}{{ struct {fn}_ctx ctx_ = {{{values}}}; "
+                   f"ts_parallel({total}, {threads}, {fn}, &ctx_); }}")
+        i = end
+    return functions, out
+
+
+def _loop_function(fn: str, heads, bounds: list[str], body: list[str], opened: bool,
+                   fields: str, captures: list[tuple[str, str]]) -> list[str]:
+    """A loop's function: its context struct, the captured variables, the range of flat
+    iterations and each loop's index in it, around the loop's body."""
+    names = [h.group(1) for h in heads]
+    unpack = [f"  {decl} {var} = ctx_->{var};" for decl, var in captures]
+    head = [f"struct {fn}_ctx {{{fields} }};",
+            f"static void {fn}(void* c_, long lo_, long hi_) {{",
+            f"  const struct {fn}_ctx* ctx_ = (const struct {fn}_ctx*)c_;"] + unpack
+    if len(names) == 1:  # the loop as it was, over the range handed out
+        var = names[0]
+        return head + [f"  for (int {var} = (int)lo_; {var} < (int)hi_; {var}++)"
+                       + (" {" if opened else "")] + body + ["}", ""]
+    # collapsed loops: one flat index over their counts, the renderer's constants
+    assert all(b.isdigit() for b in bounds), bounds
+    index = []
+    for j, var in enumerate(names):
+        inner = math.prod(int(b) for b in bounds[j + 1:])
+        flat = f"it_ / {inner}" if inner > 1 else "it_"
+        index.append(f"    const int {var} = (int)({flat}" +
+                     (f" % {bounds[j]});" if j > 0 else ");"))
+    return (head + ["  for (long it_ = lo_; it_ < hi_; it_++) {"] + index
+            + (["    {"] if opened else []) + ["  " + line for line in body] + ["  }", "}", ""])
+
+
+__all__ = ["DECLARATION", "outline_parallel_loops"]
