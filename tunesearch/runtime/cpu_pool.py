@@ -39,7 +39,7 @@ typedef void (*ts_body)(void* ctx, long begin, long end);
 
 struct ts_range {             /* one thread's run of blocks; a cache line of its own */
   _Atomic uint64_t cursor;    /* the loop's epoch << 32 | the next unclaimed block */
-  long end, chunk;
+  _Atomic long end, chunk;
   char pad[40];
 };
 
@@ -83,9 +83,14 @@ static int claim(struct ts_range* r, uint32_t e, long* lo, long* hi) {
   uint64_t v = atomic_load_explicit(&r->cursor, memory_order_acquire);
   for (;;) {
     if ((uint32_t)(v >> 32) != e) return 0;
-    long pos = (long)(uint32_t)v, end = r->end;
+    long pos = (long)(uint32_t)v;
+    long end = atomic_load_explicit(&r->end, memory_order_relaxed);
+    long chunk = atomic_load_explicit(&r->chunk, memory_order_relaxed);
+    /* an end or chunk of the next loop read here means the cursor was already reset for it
+       (ts_parallel resets cursors first): the exchange below then fails */
+    atomic_thread_fence(memory_order_acquire);
     if (pos >= end) return 0;
-    long next = pos + r->chunk < end ? pos + r->chunk : end;
+    long next = pos + chunk < end ? pos + chunk : end;
     if (atomic_compare_exchange_weak_explicit(&r->cursor, &v, ((uint64_t)e << 32) | next,
                                               memory_order_acq_rel, memory_order_acquire)) {
       *lo = pos;
@@ -180,11 +185,19 @@ void ts_parallel(long n, int threads, ts_body body, void* ctx) {
   pool.team = team;
   atomic_store_explicit(&pool.remaining, n, memory_order_relaxed);
   long q = n / team, extra = n % team;
-  for (int t = 0; t < team; t++) {   /* OpenMP's static split: the first n % team get one more */
-    long start = t * q + (t < extra ? t : extra), len = q + (t < extra);
-    pool.ranges[t].end = start + len;
-    pool.ranges[t].chunk = len / TS_CHUNKS > 1 ? len / TS_CHUNKS : 1;
+  /* OpenMP's static split: the first n % team threads get one block more. The cursors are
+     reset before the ends change, so a worker still claiming in the last loop can never read
+     this loop's end with that loop's cursor */
+  for (int t = 0; t < team; t++) {
+    long start = t * q + (t < extra ? t : extra);
     atomic_store_explicit(&pool.ranges[t].cursor, ((uint64_t)e << 32) | (uint64_t)start,
+                          memory_order_relaxed);
+  }
+  atomic_thread_fence(memory_order_release);
+  for (int t = 0; t < team; t++) {
+    long start = t * q + (t < extra ? t : extra), len = q + (t < extra);
+    atomic_store_explicit(&pool.ranges[t].end, start + len, memory_order_relaxed);
+    atomic_store_explicit(&pool.ranges[t].chunk, len / TS_CHUNKS > 1 ? len / TS_CHUNKS : 1,
                           memory_order_relaxed);
   }
   atomic_store(&pool.epoch, e);                 /* publishes the loop (sequentially consistent) */
