@@ -89,6 +89,9 @@ def cpu_isa() -> str:
     return os.environ.get("TUNESEARCH_CPU_ISA", "").strip().lower() or "native"
 
 
+DEFAULT_SPIN = 10000
+
+
 def omp_spin() -> int:
     """TUNESEARCH_OMP_SPIN: how long an idle worker of the CPU's thread pool spins before it
     sleeps, in rounds of a pause instruction (default 10000, a fraction of a millisecond:
@@ -97,8 +100,8 @@ def omp_spin() -> int:
     default."""
     value = os.environ.get("TUNESEARCH_OMP_SPIN", "").strip().lower()
     if value == "openmp":
-        return 10000
-    return _int("TUNESEARCH_OMP_SPIN", 10000, minimum=0, maximum=1 << 30)
+        return DEFAULT_SPIN
+    return _int("TUNESEARCH_OMP_SPIN", DEFAULT_SPIN, minimum=0, maximum=1 << 30)
 
 
 def cuda_driver() -> str:

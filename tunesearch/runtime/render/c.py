@@ -20,7 +20,8 @@ import math
 from tunesearch.graph.kernel import Kernel, KNode
 from tunesearch.runtime.render.block_calls import shifted_tails, tail_dispatch
 from tunesearch.runtime.render.c_support import HEADER, SCRATCH, VECTOR_MATH
-from tunesearch.runtime.render.parallel import DECLARATION, outline_parallel_loops
+from tunesearch.runtime.render.parallel import (DECLARATION, outline_parallel_loops,
+                                                 shared_loop)
 from tunesearch.runtime.render.dialect import Dialect, ExprEmitter, index_expr
 from tunesearch.runtime.render.masked_loads import KEEP, masked_read
 from tunesearch.runtime.render.panels import pack_loop, padded_axes
@@ -409,7 +410,6 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
     before_entry = lines
     lines = [f"void {name}({_params(kernel, d)}) {{"]
     captures = [tuple(p.rsplit(" ", 1)) for p in _params(kernel, d).split(", ")]
-    omp_threads = f" num_threads(team({threads}))"
     for slot, (i, p) in enumerate(packs.items()):
         tname = d.type_name(p.dtype)
         if i in prepacked:
@@ -420,12 +420,11 @@ def render_c(kernel: Kernel, config: Config, name: str = "kernel",
                          f"{p.size}*sizeof({tname}));")
             captures.append((f"{tname}*", f"pk{i}"))
     fills = [line for i, p in packs.items() if i not in prepacked and i not in streamed
-             for line in pack_loop(kernel, p, upcast, d, omp_threads if parallel else None,
+             for line in pack_loop(kernel, p, upcast, d, shared_loop(threads) if parallel else None,
                                    tiled, vector_bytes=vector_bytes)]
     nest: list[str] = []
     if parallel and n_out:
-        collapse = f" collapse({parallel})" if parallel > 1 else ""
-        nest.append(f"#pragma omp parallel for{collapse}{omp_threads} schedule(static)")
+        nest.append(shared_loop(threads, parallel))
     rest = order
     # (scratch slot, buffer, element type, one block's panel size) of each streamed panel
     streamed_buffers = [(slot, i, d.type_name(p.dtype), p.size // p.blocks[0])

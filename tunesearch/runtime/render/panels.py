@@ -70,7 +70,7 @@ def pack_panel(kernel: Kernel, config: Config, index: int, values: np.ndarray
     return np.where(valid, read, 0).astype(values.dtype).reshape(-1)
 
 
-def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
+def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, shared: str | None,
               tiled: bool, own: int | None = None, vector_bytes: int = 32,
               group: int = 1) -> list[str]:
     """Fill a scratch panel: pk[blocks][reduce][lanes] = the load's value (0 past the edge);
@@ -78,7 +78,8 @@ def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
     the block b{own} of that axis, into a buffer of that one block's panel: filled inside
     the block loop, just before it is read; with a group too, the `group` blocks of group
     g{own} (the last group's may be fewer), into a buffer of that many blocks' panels, each
-    reduce row read across all of them at once."""
+    reduce row read across all of them at once. shared: the line that heads the fill as a loop
+    shared over the threads (parallel.shared_loop), or None."""
     n_out = kernel.n_out
     names_b = [f"pb{a}" for a in p.axes]
     names_r = [f"r{j}" for j in range(len(p.reduce))]
@@ -89,7 +90,7 @@ def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, omp: str | None,
     # the loop with the largest stride in the source outermost, the contiguous one innermost:
     # the operand is then read in order, row after row (a panel is written in any order)
     loops = sorted(zip(names_b + names_r + names_l, sizes, strides), key=lambda x: -abs(x[2]))
-    lines = [f"  #pragma omp parallel for{omp} schedule(static)"] if omp else []
+    lines = [f"  {shared}"] if shared else []
 
     def axis_index(axis: int) -> str:
         if axis < n_out:

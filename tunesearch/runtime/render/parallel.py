@@ -1,7 +1,7 @@
 """Parallel loops of a C kernel handed to the CPU's thread pool (runtime/cpu_pool.py).
 
-The renderer writes a shared loop as OpenMP would read it (`#pragma omp parallel for` with its
-collapse and team, then the loop). Here each such loop becomes a function of a range of its
+The renderer writes a shared loop as OpenMP would read it (`shared_loop`: `#pragma omp parallel
+for` with its collapse and thread count, then the loop). Here each such loop becomes a function of a range of its
 (collapsed) iterations and a context struct of the variables it reads, and the loop becomes a
 call of `ts_parallel`: the pool's caller runs whatever no worker has claimed, which an OpenMP
 team cannot (its closing barrier waits for a thread the system has descheduled).
@@ -14,7 +14,14 @@ import re
 from tunesearch.runtime.cpu_pool import DECLARATION
 
 PRAGMA = re.compile(r"^(\s*)#pragma omp parallel for(?: collapse\((\d+)\))? "
-                    r"num_threads\(team\((\d+)\)\) schedule\(static\)\s*$")
+                    r"num_threads\((\d+)\) schedule\(static\)\s*$")
+
+
+def shared_loop(threads: int, collapse: int = 1) -> str:
+    """The line that heads a loop shared over `threads` (its first `collapse` loops as one),
+    as the renderer writes it and outline_parallel_loops reads it."""
+    return (f"#pragma omp parallel for{f' collapse({collapse})' if collapse > 1 else ''} "
+            f"num_threads({threads}) schedule(static)")
 LOOP = re.compile(r"^\s*for \(int (\w+) = 0; \1 < ([^;]+); \1\+\+\)\s*(\{)?\s*$")
 BARE_LOOP = re.compile(r"^\s*for \(.*\)\s*$")
 
@@ -93,4 +100,4 @@ def _loop_function(fn: str, heads, bounds: list[str], body: list[str], opened: b
             + (["    {"] if opened else []) + ["  " + line for line in body] + ["  }", "}", ""])
 
 
-__all__ = ["DECLARATION", "outline_parallel_loops"]
+__all__ = ["DECLARATION", "outline_parallel_loops", "shared_loop"]
