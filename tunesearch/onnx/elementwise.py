@@ -1,5 +1,6 @@
-"""Elementwise ONNX operators: unary math, binary arithmetic and comparisons, variadic Sum/Max/
-Min/Mean, Where, Clip, Cast and CastLike, and Dropout (inference: the identity)."""
+"""Elementwise ONNX operators: unary math, binary arithmetic (Mod too) and comparisons, IsNaN and
+IsInf, variadic Sum/Max/Min/Mean, Where, Clip, Cast and CastLike, and Dropout (inference: the
+identity)."""
 from __future__ import annotations
 
 import functools
@@ -39,6 +40,31 @@ _unary("Softplus", fn=lambda ctx, x: (x.exp() + 1.0).log())
 _unary("Elu", fn=lambda ctx, x: (x < 0).where((x.exp() - 1.0) * ctx.attr("alpha", 1.0), x))
 _unary("HardSigmoid", fn=lambda ctx, x: (x * ctx.attr("alpha", 0.2) + ctx.attr("beta", 0.5))
        .clip(0.0, 1.0))
+_unary("IsNaN", fn=lambda ctx, x: x.ne(x), host=lambda ctx, x: np.isnan(x))
+_unary("Sign", fn=lambda ctx, x: x.sign().cast(x.dtype), host=lambda ctx, x: np.sign(x))
+_unary("Softsign", fn=lambda ctx, x: x / (x.abs() + 1.0))
+_unary("Selu", fn=lambda ctx, x: (x < 0).where(
+    (x.exp() - 1.0) * (ctx.attr("alpha", 1.67326319217681884765625) *
+                       ctx.attr("gamma", 1.05070102214813232421875)),
+    x * ctx.attr("gamma", 1.05070102214813232421875)))
+
+
+def _isinf(ctx, x):
+    positive, negative = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    if isinstance(x, np.ndarray):
+        return (np.isposinf(x) & bool(positive)) | (np.isneginf(x) & bool(negative))
+    x = ctx.tensor(x)
+    if not x.dtype.is_float:
+        return Tensor.full(x.shape, False, dtypes.bool, ctx.device)
+    found = Tensor.full(x.shape, False, dtypes.bool, ctx.device)
+    if positive:
+        found = found | x.eq(float("inf"))
+    if negative:
+        found = found | x.eq(float("-inf"))
+    return found
+
+
+register("IsInf", host=_isinf)(_isinf)
 _unary("HardSwish", fn=lambda ctx, x: x * (x * (1 / 6) + 0.5).clip(0.0, 1.0))
 
 
@@ -90,6 +116,20 @@ _binary("Or", lambda a, b: a.cast(dtypes.bool) | b.cast(dtypes.bool), np.logical
 _binary("Xor", lambda a, b: a.cast(dtypes.bool).ne(b.cast(dtypes.bool)), np.logical_xor)
 
 
+def _mod(ctx, a, b):
+    """fmod=1: the remainder takes the dividend's sign (C's fmod); fmod=0: the divisor's."""
+    a, b = ctx.tensor(a), ctx.tensor(b)
+    if not ctx.attr("fmod", 0):
+        return a % b
+    if a.dtype.is_float or b.dtype.is_float:
+        q = a / b
+        return a - (q < 0).where(q.ceil(), q.floor()) * b
+    return a - _int_div(a, b) * b
+
+
+register("Mod", host=lambda ctx, a, b: (np.fmod if ctx.attr("fmod", 0) else np.mod)(a, b))(_mod)
+
+
 @register("Pow")
 def pow_(ctx, a, b):
     return _pow(ctx, ctx.tensor(a), b)
@@ -138,7 +178,12 @@ def _check_cast(ctx) -> Optional[str]:
     return None
 
 
-@register("Cast", host=lambda ctx, x: x.astype(_cast_to(ctx)), check=_check_cast)
+def _host_cast(ctx, x):
+    with np.errstate(invalid="ignore"):  # inf and NaN to an integer: as C casts them
+        return x.astype(_cast_to(ctx))
+
+
+@register("Cast", host=_host_cast, check=_check_cast)
 def cast(ctx, x):
     return ctx.tensor(x).cast(internal_dtype(_cast_to(ctx)))
 

@@ -19,6 +19,7 @@ from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import ScheduleItem
 import tunesearch.onnx.elementwise  # noqa: F401  (each operator module registers its operators)
 from tunesearch.onnx.conv import stored_channels_last
+import tunesearch.onnx.index  # noqa: F401
 import tunesearch.onnx.nn  # noqa: F401
 import tunesearch.onnx.reduce  # noqa: F401
 import tunesearch.onnx.shape  # noqa: F401
