@@ -12,7 +12,8 @@ stored; the database is a fresh SQLite file unless --db names one, so the table 
 from an empty database buys in T seconds per model, and its "tune s" column is the wall time of
 that command. Without --tuned every kernel runs its default config (TUNESEARCH_NODB=1).
 
-The models: the bundled examples, a transformer encoder block (batch 1, seq 64, d 128) and an MLP
+The models: the bundled examples (tiny_cnn and the PyTorch exports of scripts/export_models.py,
+bound to their exported shapes), a transformer encoder block (batch 1, seq 64, d 128) and an MLP
 of awkward sizes (37x1000 -> 333 -> 77) from tunesearch/examples/blocks.py, and the architectures
 shipped in the onnx package (tunesearch/examples/zoo.py).
 
@@ -70,11 +71,21 @@ def _model(name: str):
     import onnx
     from tunesearch import examples
     from tunesearch.examples import blocks, zoo
+    if name.endswith(".onnx"):  # a file, e.g. export_models.py --large's
+        return onnx.load(name)
     if name in examples.names():
         return onnx.load(str(examples.path(name)))
     if name in blocks.names():
         return blocks.model(name)
     return zoo.light_model(name)
+
+
+def _input_shapes(name: str) -> dict:
+    """An export's shapes from the manifest beside it (bundled or written elsewhere)."""
+    from tunesearch import examples
+    if name.endswith(".onnx"):
+        return examples.input_shapes(Path(name).stem, Path(name).parent)
+    return examples.input_shapes(name)
 
 
 def _model_names() -> list[str]:
@@ -104,7 +115,7 @@ def busy(n: int):
 def tune(name: str, proto, folder: Path, db: str, time_budget: float) -> float:
     """Run `tunesearch tune` on the model in a process of its own; returns its wall time."""
     import onnx
-    file = folder / f"{name}.onnx"
+    file = folder / f"{Path(name).stem}.onnx"
     onnx.save(proto, str(file))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
@@ -112,6 +123,8 @@ def tune(name: str, proto, folder: Path, db: str, time_budget: float) -> float:
     command = [sys.executable, "-c", "import sys; from tunesearch.cli import main; "
                "sys.exit(main(sys.argv[1:]))", "tune", str(file),
                "--time-budget", str(time_budget), "--db", db, "--quiet"]
+    for input_name, shape in _input_shapes(name).items():
+        command += ["--input-shape", f"{input_name}={'x'.join(map(str, shape))}"]
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -130,7 +143,7 @@ def bench(name: str, proto, threads: int, repeat: int, db: str | None) -> dict:
     lookup = TunedConfigs.open(db, on_miss=tune_on_miss) if db is not None else None
     realize.clear_programs()
     start = time.perf_counter()
-    model = tox.load(proto, lookup=lookup)
+    model = tox.load(proto, _input_shapes(name), lookup=lookup)
     feeds = model.random_inputs(0)
     model(feeds)
     first = time.perf_counter() - start

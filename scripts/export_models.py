@@ -4,6 +4,7 @@ bundled fixtures (tunesearch/examples/<family>_<exporter>.onnx, manifest in expo
     pip install torch torchvision transformers onnxscript   # only this script needs them
     python scripts/export_models.py                         # every family, both exporters
     python scripts/export_models.py --models bert gpt2 --exporters dynamo
+    python scripts/export_models.py --large --folder /tmp/large   # benchmark sizes
 
 Each model is built from a small config with seeded random weights (nothing is downloaded), so a
 fixture is a few hundred KB and the tests run it against onnxruntime without PyTorch. The manifest
@@ -15,11 +16,30 @@ import argparse
 import json
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "tunesearch" / "examples"
 MANIFEST_NAME = "exports.json"
 EXPORTERS = {"torchscript": 17, "dynamo": 18}   # the opset each exporter writes by default
+
+
+@dataclass(frozen=True)
+class Size:
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    sequence: int
+    vocab: int
+    image: int
+
+
+# the fixtures: small enough to commit and to compile in the test suite
+SMALL = Size(hidden=64, layers=2, heads=4, ffn=128, sequence=16, vocab=256, image=32)
+# --large: the sizes users run (BERT-mini-like), for benchmarks; not committed
+LARGE = Size(hidden=256, layers=4, heads=4, ffn=1024, sequence=128, vocab=1024, image=224)
+SIZE = SMALL
 
 
 def first_output(model, key, names: list[str]):
@@ -54,20 +74,24 @@ def _mask(batch: int, length: int):
 
 def bert():
     from transformers import BertConfig, BertModel
-    config = BertConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=128,
-                        max_position_embeddings=64, attn_implementation="eager")
-    inputs = {"input_ids": _ids(1, 16, 256, 1), "attention_mask": _mask(1, 16)}
+    z = SIZE
+    config = BertConfig(vocab_size=z.vocab, hidden_size=z.hidden, num_hidden_layers=z.layers,
+                        num_attention_heads=z.heads, intermediate_size=z.ffn,
+                        max_position_embeddings=4 * z.sequence, attn_implementation="eager")
+    inputs = {"input_ids": _ids(1, z.sequence, z.vocab, 1), "attention_mask": _mask(1, z.sequence)}
     return BertModel(config), "last_hidden_state", inputs, \
         {"input_ids": {1: "sequence"}, "attention_mask": {1: "sequence"}}
 
 
 def gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
-    config = GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=64,
+    z = SIZE
+    config = GPT2Config(vocab_size=z.vocab, n_embd=z.hidden, n_layer=z.layers, n_head=z.heads,
+                        n_positions=4 * z.sequence,
                         use_cache=False, bos_token_id=0, eos_token_id=0,
                         attn_implementation="eager")
-    return GPT2LMHeadModel(config), "logits", {"input_ids": _ids(1, 16, 256, 2)}, \
+    length = max(z.sequence // 2, 8)
+    return GPT2LMHeadModel(config), "logits", {"input_ids": _ids(1, length, z.vocab, 2)}, \
         {"input_ids": {1: "sequence"}}
 
 
@@ -79,43 +103,57 @@ def gpt2_static():
 
 def t5():
     from transformers import T5Config, T5Model
-    config = T5Config(vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=2,
-                      num_heads=4, use_cache=False, attn_implementation="eager")
-    inputs = {"input_ids": _ids(1, 16, 256, 3), "decoder_input_ids": _ids(1, 8, 256, 4)}
+    z = SIZE
+    config = T5Config(vocab_size=z.vocab, d_model=z.hidden, d_kv=z.hidden // z.heads,
+                      d_ff=z.ffn, num_layers=z.layers, num_heads=z.heads, use_cache=False,
+                      attn_implementation="eager")
+    inputs = {"input_ids": _ids(1, z.sequence, z.vocab, 3),
+              "decoder_input_ids": _ids(1, z.sequence // 2, z.vocab, 4)}
     return T5Model(config), "last_hidden_state", inputs, {}
 
 
 def vit():
     from transformers import ViTConfig, ViTModel
-    config = ViTConfig(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2,
-                       num_attention_heads=4, intermediate_size=128,
+    z = SIZE
+    config = ViTConfig(image_size=z.image, patch_size=z.image // 4 if z is SMALL else 16,
+                       hidden_size=z.hidden, num_hidden_layers=z.layers,
+                       num_attention_heads=z.heads, intermediate_size=z.ffn,
                        attn_implementation="eager")
-    return ViTModel(config), "last_hidden_state", {"pixel_values": _image(1, 3, 32, 5)}, {}
+    return ViTModel(config), "last_hidden_state", {"pixel_values": _image(1, 3, z.image, 5)}, {}
 
 
 def whisper():
     from transformers import WhisperConfig, WhisperModel
-    config = WhisperConfig(vocab_size=256, d_model=64, encoder_layers=2, decoder_layers=2,
-                           encoder_attention_heads=4, decoder_attention_heads=4,
-                           encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
-                           max_source_positions=32, max_target_positions=32, use_cache=False,
+    z = SIZE
+    config = WhisperConfig(vocab_size=z.vocab, d_model=z.hidden, encoder_layers=z.layers,
+                           decoder_layers=z.layers, encoder_attention_heads=z.heads,
+                           decoder_attention_heads=z.heads, encoder_ffn_dim=z.ffn,
+                           decoder_ffn_dim=z.ffn, num_mel_bins=z.sequence,
+                           max_source_positions=2 * z.sequence,
+                           max_target_positions=2 * z.sequence, use_cache=False,
                            pad_token_id=0, bos_token_id=1, eos_token_id=2,
                            decoder_start_token_id=1, attn_implementation="eager")
-    inputs = {"input_features": _features(1, 16, 64, 6), "decoder_input_ids": _ids(1, 8, 256, 7)}
+    inputs = {"input_features": _features(1, z.sequence, 4 * z.sequence, 6),
+              "decoder_input_ids": _ids(1, z.sequence // 2, z.vocab, 7)}
     return WhisperModel(config), "last_hidden_state", inputs, {}
 
 
 def mobilenet_v3():
     import torchvision
-    model = torchvision.models.mobilenet_v3_small(num_classes=10, width_mult=0.25).eval()
-    return model, None, {"x": _image(1, 3, 64, 8)}, {}
+    small = SIZE is SMALL
+    model = torchvision.models.mobilenet_v3_small(num_classes=10 if small else 1000,
+                                                  width_mult=0.25 if small else 1.0).eval()
+    return model, None, {"x": _image(1, 3, 64 if small else 224, 8)}, {}
 
 
 def efficientnet():
     from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
-    setting, last = _efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.34)
-    model = EfficientNet(setting, dropout=0.2, last_channel=last, num_classes=10).eval()
-    return model, None, {"x": _image(1, 3, 64, 9)}, {}
+    small = SIZE is SMALL
+    setting, last = _efficientnet_conf("efficientnet_b0", width_mult=0.25 if small else 1.0,
+                                       depth_mult=0.34 if small else 1.0)
+    model = EfficientNet(setting, dropout=0.2, last_channel=last,
+                         num_classes=10 if small else 1000).eval()
+    return model, None, {"x": _image(1, 3, 64 if small else 224, 9)}, {}
 
 
 def _image(batch: int, channels: int, size: int, seed: int):
@@ -170,7 +208,7 @@ def export(family: str, exporter: str, folder: Path) -> dict:
         else:
             shapes = None
             if dynamic:
-                dim = torch.export.Dim("sequence", min=2, max=64)
+                dim = torch.export.Dim("sequence", min=2, max=4 * SIZE.sequence)
                 shapes = {name: {axis: dim for axis in dims} for name, dims in dynamic.items()}
                 shapes = (tuple(shapes.get(name) for name in names),)  # forward(*args)
             program = torch.onnx.export(model, args, input_names=names, output_names=["output"],
@@ -196,7 +234,15 @@ def main() -> int:
     parser.add_argument("--exporters", nargs="*", default=list(EXPORTERS),
                         choices=list(EXPORTERS))
     parser.add_argument("--folder", type=Path, default=EXAMPLES)
+    parser.add_argument("--large", action="store_true",
+                        help="the sizes users run (hidden 256, 4 layers, sequence 128; the "
+                             "full MobileNetV3-small and EfficientNet-B0 at 224x224), for "
+                             "benchmarks: give --folder outside the package")
     args = parser.parse_args()
+    global SIZE
+    SIZE = LARGE if args.large else SMALL
+    if args.large and args.folder == EXAMPLES:
+        parser.error("--large writes models too big to bundle: give --folder")
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401

@@ -46,11 +46,11 @@ def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
 def resolve_model(text: str) -> Path:
     """A model path, or example:NAME for a model bundled with tunesearch."""
     if text.startswith("example:"):
-        path = EXAMPLES / f"{text.split(':', 1)[1]}.onnx"
-        if not path.exists():
-            names = ", ".join(sorted(p.stem for p in EXAMPLES.glob("*.onnx")))
-            raise UsageError(f"no bundled example {text!r}; bundled: {names}")
-        return path
+        from tunesearch import examples
+        try:
+            return examples.path(text.split(":", 1)[1])
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from None
     path = Path(text)
     if not path.exists():
         raise UsageError(f"model file not found: {text}")
@@ -63,7 +63,12 @@ def _load_model(args):
     from tunesearch.onnx import load
     from tunesearch.runtime.device import get_device
     get_device(args.device).info()  # an unavailable device fails here, with its install hint
-    return load(resolve_model(args.model), dict(args.input_shape or []), device=args.device)
+    shapes = {}
+    if args.model.startswith("example:"):  # an export's dynamic axes: the exported shapes
+        from tunesearch import examples
+        shapes = examples.input_shapes(args.model.split(":", 1)[1])
+    shapes.update(dict(args.input_shape or []))
+    return load(resolve_model(args.model), shapes, device=args.device)
 
 
 def _open_store(url: str | None):

@@ -192,10 +192,31 @@ def _move_one(node: LazyNode, op: MovementOps, arg, memo: dict) -> LazyNode:
             axes, _ = node.arg
             return LazyNode(node.op, node.src, (axes, tuple(arg)), arg, node.dtype, node.device)
         return _reread(node, op, arg)
-    if op is MovementOps.PAD and node.op not in PAD_SAFE:
+    if op is MovementOps.PAD and (node.op not in PAD_SAFE or _splits_a_reduce(node)):
         return _reread(node, op, arg)
     srcs = tuple(_move(s, op, arg, memo) for s in node.src)
     return LazyNode(node.op, srcs, node.arg, srcs[0].shape, node.dtype, node.device)
+
+
+def _splits_a_reduce(node: LazyNode) -> bool:
+    """Whether pushing a pad through node's elementwise work would stop at a node that is not
+    pad-safe with an unrealized reduce below: that node would be realized on its own, and the
+    reduce computed twice, in its kernel and in the pad's (a convolution's x * sigmoid(x)
+    before a padded depthwise convolution). Realizing node whole computes it once."""
+    unsafe, reduce, stack, seen = False, False, [node], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or n.realized is not None or n.op in ("load", "const", "buffer"):
+            if n.op == "load" and n.src[0].is_reduce and n.src[0].realized is None:
+                reduce = True
+            continue
+        seen.add(id(n))
+        if n.is_reduce:
+            reduce = True
+            continue
+        unsafe |= n.op not in PAD_SAFE
+        stack.extend(n.src)
+    return unsafe and reduce
 
 
 def moved_shape(shape: tuple[int, ...], op: MovementOps, arg) -> tuple[int, ...]:

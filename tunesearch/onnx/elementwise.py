@@ -4,6 +4,7 @@ identity)."""
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Optional
 
 import numpy as np
@@ -117,14 +118,19 @@ _binary("Xor", lambda a, b: a.cast(dtypes.bool).ne(b.cast(dtypes.bool)), np.logi
 
 
 def _mod(ctx, a, b):
-    """fmod=1: the remainder takes the dividend's sign (C's fmod); fmod=0: the divisor's."""
+    """fmod=1: the remainder takes the dividend's sign (C's fmod); fmod=0: the divisor's, as
+    numpy's mod, infinite divisors included (-3 mod inf is inf, 3 mod inf is 3)."""
     a, b = ctx.tensor(a), ctx.tensor(b)
-    if not ctx.attr("fmod", 0):
-        return a % b
-    if a.dtype.is_float or b.dtype.is_float:
-        q = a / b
-        return a - (q < 0).where(q.ceil(), q.floor()) * b
-    return a - _int_div(a, b) * b
+    if not (a.dtype.is_float or b.dtype.is_float):
+        return a - _int_div(a, b) * b if ctx.attr("fmod", 0) else a % b
+    q = a / b
+    whole = (q < 0).where(q.ceil(), q.floor())
+    rest = whole.eq(0).where(a, a - whole * b)  # a quotient below 1: a itself, even by inf
+    rest = (a.abs().eq(math.inf) | b.eq(0)).where(math.nan, rest)  # no remainder there
+    if ctx.attr("fmod", 0):
+        return rest
+    flip = rest.ne(0) & (rest < 0).ne(b < 0)
+    return flip.where(rest + b, rest)
 
 
 register("Mod", host=lambda ctx, a, b: (np.fmod if ctx.attr("fmod", 0) else np.mod)(a, b))(_mod)
@@ -197,8 +203,12 @@ def cast_like(ctx, x, like):
 
 @register("Dropout", known=(1, 2))
 def dropout(ctx, x, ratio=None, training_mode=None):
+    """Inference, or training with a ratio of 0 (nothing dropped): the identity. Training with
+    a ratio above 0 draws random numbers no other runtime would draw the same: refused."""
     if training_mode is not None and bool(np.asarray(ctx.host(training_mode, "training_mode"))):
-        raise ctx.unsupported("Dropout in training mode")
+        dropped = 0.5 if ratio is None else float(np.asarray(ctx.host(ratio, "ratio")))
+        if dropped != 0.0:
+            raise ctx.unsupported("Dropout in training mode")
     if ctx.n_outputs > 1:
         return x, Tensor.full(x.shape, True, dtypes.bool, ctx.device)
     return x

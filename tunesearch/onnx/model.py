@@ -23,7 +23,7 @@ import tunesearch.onnx.index  # noqa: F401
 import tunesearch.onnx.nn  # noqa: F401
 import tunesearch.onnx.reduce  # noqa: F401
 import tunesearch.onnx.shape  # noqa: F401
-from tunesearch.onnx import rewrite
+from tunesearch.onnx import regions, rewrite
 from tunesearch.onnx.files import read_model
 from tunesearch.onnx.plan import Plan
 from tunesearch.onnx.registry import OPS, NodeContext, OnnxImportError, internal_dtype, producible
@@ -110,6 +110,7 @@ class OnnxModel:
         self.rewrites = dict(rewritten.folded)  # {"BatchNormalization into Conv": count, ..}
         self._fanout = Counter(name for n in self._nodes for name in n.input if name)
         self._fanout.update(v.name for v in graph.output)
+        self._lazy_fanout = regions.fused_fanouts(self._nodes, {v.name for v in graph.output})
         self._plans: dict[tuple, Plan] = {}
         self._plan({v.name: v.shape for v in self.inputs})  # trace now: import errors show here
 
@@ -261,7 +262,8 @@ class OnnxModel:
                 raise OnnxImportError(f"{node.op_type} node '{ctx.name}': {first}") from exc
             for name, value in zip(node.output, outs):
                 if name:
-                    if isinstance(value, Tensor) and self._fanout[name] > 1:
+                    if isinstance(value, Tensor) and self._fanout[name] > 1 and \
+                            name not in self._lazy_fanout:
                         value = value.materialize(stored_channels_last(value))
                     values[name] = value
         return inputs, [values[v.name] for v in self.proto.graph.output]

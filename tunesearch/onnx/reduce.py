@@ -21,12 +21,38 @@ def _reduce_axes(ctx, x, axes_input) -> Optional[tuple[int, ...]]:
     return tuple(sorted(axes))
 
 
+def _empty_value(name: str, dtype) -> Optional[float]:
+    """What a reduce over no elements gives (ONNX: the operation's identity), or None where it
+    has none."""
+    low = -math.inf if dtype.kind == "f" else (False if dtype.kind == "b" else
+                                                 np.iinfo(np.int32).min)
+    high = math.inf if dtype.kind == "f" else (True if dtype.kind == "b" else
+                                                np.iinfo(np.int32).max)
+    return {"ReduceMax": low, "ReduceMin": high, "ReduceLogSumExp": -math.inf,
+            "ReduceSum": 0, "ReduceSumSquare": 0, "ReduceL1": 0, "ReduceL2": 0}.get(name)
+
+
 def _reducer(name: str, fn, host):
+    def empty(ctx, x, dims):
+        """The result of reducing an axis of size 0, or None where x has none."""
+        if not any(x.shape[d] == 0 for d in dims):
+            return None
+        dtype = np.dtype(x.dtype) if isinstance(x, np.ndarray) else np.dtype(x.dtype.np)
+        value = _empty_value(name, dtype)
+        if value is None:
+            raise ctx.error("reduces an axis of size 0, which has no result")
+        keep = bool(ctx.attr("keepdims", 1))
+        shape = tuple(1 if i in dims else s for i, s in enumerate(x.shape) if keep or i not in dims)
+        return np.full(shape, value, dtype)
+
     def run(ctx, x, axes=None):
         x = ctx.tensor(x)
         dims = _reduce_axes(ctx, x, axes)
         if not dims:
             return x
+        nothing = empty(ctx, x, dims)
+        if nothing is not None:
+            return ctx.tensor(nothing)
         out = fn(x, dims, bool(ctx.attr("keepdims", 1)))
         return out.cast(x.dtype)
 
@@ -34,6 +60,9 @@ def _reducer(name: str, fn, host):
         dims = _reduce_axes(ctx, x, axes)
         if not dims:
             return x
+        nothing = empty(ctx, x, dims)
+        if nothing is not None:
+            return nothing
         return host(x, axis=dims, keepdims=bool(ctx.attr("keepdims", 1))).astype(x.dtype)
     register(name, host=run_host, known=(1,))(run)
 

@@ -14,13 +14,14 @@ HEADER = "#include <math.h>\n#include <stdlib.h>\n#include <stdbool.h>\n#include
 # values (NaN, infinities, zero, subnormals). exp2: 2^x = 2^n * 2^f with n = rint(x),
 # |f| <= 1/2, 2^f by its Taylor series to the 7th power (error < 6e-9), 2^n applied in two
 # halves so that 2^-149..2^127 need no special case. log2: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), log2(m) = 2/ln2 * atanh(t)
-# with t = (m-1)/(m+1), |t| < 0.172, by its series to t^11 (error < 1e-9).
+# with t = (m-1)/(m+1), |t| < 0.172, by its series to t^11 (error < 1e-9). Always inlined: in a
+# large block (a matrix product's epilogue) GCC may keep them as calls, one element at a time.
 VECTOR_MATH = """#ifndef TUNESEARCH_VECTOR_MATH
 #define TUNESEARCH_VECTOR_MATH
-static inline float ts_bits_float(int i) { float f; memcpy(&f, &i, 4); return f; }
-static inline int ts_float_bits(float f) { int i; memcpy(&i, &f, 4); return i; }
-static inline float ts_sqrtf(float x) { return __builtin_sqrtf(x < 0.0f ? NAN : x); }
-static inline float ts_exp2f(float x) {
+static inline __attribute__((always_inline)) float ts_bits_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline __attribute__((always_inline)) int ts_float_bits(float f) { int i; memcpy(&i, &f, 4); return i; }
+static inline __attribute__((always_inline)) float ts_sqrtf(float x) { return __builtin_sqrtf(x < 0.0f ? NAN : x); }
+static inline __attribute__((always_inline)) float ts_exp2f(float x) {
   float c = x < -151.0f ? -151.0f : (x > 129.0f ? 129.0f : x);
   float n = rintf(c), f = c - n;
   float p = 1.5252733804059840e-05f;
@@ -35,7 +36,7 @@ static inline float ts_exp2f(float x) {
   float r = p * ts_bits_float((half + 127) << 23) * ts_bits_float((k - half + 127) << 23);
   return x != x ? x : r;
 }
-static inline float ts_log2f(float x) {
+static inline __attribute__((always_inline)) float ts_log2f(float x) {
   int small = x < 1.17549435e-38f;
   float y = small ? x * 8388608.0f : x;
   int bits = ts_float_bits(y);
