@@ -92,3 +92,93 @@ def test_a_fire_module_writes_its_concatenation_in_place(size):
     expect = np.concatenate([np.maximum(c1 + b1.reshape(1, 6, 1, 1), 0),
                              np.maximum(c3 + b3.reshape(1, 40, 1, 1), 0)], axis=1)
     np.testing.assert_allclose(model(x)["y"], expect, rtol=1e-4, atol=1e-4)
+
+
+def _activation(kind: str, x: str, out: str) -> list:
+    """An activation as the exporters write it, around its input x."""
+    if kind == "silu":
+        return [helper.make_node("Sigmoid", [x], ["sig"]),
+                helper.make_node("Mul", [x, "sig"], [out])]
+    if kind == "gelu_erf":
+        return [helper.make_node("Div", [x, "sqrt2"], ["scaled"]),
+                helper.make_node("Erf", ["scaled"], ["erf"]),
+                helper.make_node("Add", ["erf", "one"], ["shifted"]),
+                helper.make_node("Mul", [x, "shifted"], ["half2"]),
+                helper.make_node("Mul", ["half2", "half"], [out])]
+    # GELU's Tanh form, GPT-2's: x reaches the end through three paths
+    return [helper.make_node("Pow", [x, "three"], ["cube"]),
+            helper.make_node("Mul", ["cube", "k"], ["kc"]),
+            helper.make_node("Add", [x, "kc"], ["inner"]),
+            helper.make_node("Mul", ["inner", "tanh_scale"], ["arg"]),
+            helper.make_node("Tanh", ["arg"], ["t"]),
+            helper.make_node("Add", ["t", "one"], ["t1"]),
+            helper.make_node("Mul", [x, "half"], ["hx"]),
+            helper.make_node("Mul", ["hx", "t1"], [out])]
+
+
+ACTIVATION_CONSTANTS = {"sqrt2": 1.4142135, "one": 1.0, "half": 0.5, "three": 3.0,
+                        "k": 0.044715, "tanh_scale": 0.7978846}
+
+
+def _onnxruntime(proto, feeds):
+    import onnxruntime as ort
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+def _constants():
+    return [numpy_helper.from_array(np.array(v, np.float32), n)
+            for n, v in ACTIVATION_CONSTANTS.items()]
+
+
+@pytest.mark.parametrize("kind", ["silu", "gelu_erf", "gelu_tanh"])
+def test_an_activation_around_its_input_is_the_matmuls_epilogue(kind):
+    """x read by several elementwise nodes that meet again (a transformer's GELU): x is not
+    written and read back, the matrix product computes it with the activation in its epilogue,
+    one kernel."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((32, 64)).astype(np.float32) * 0.2
+    b = rng.standard_normal(64).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")] + _constants()
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["h"])] + _activation(kind, "h", "y")
+    proto = _model(nodes, [_value("x", [16, 32])], [_value("y", None)], inits)
+    model = tox.load(proto, device="cpu")
+    assert len(model.schedule()) == 1
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    np.testing.assert_allclose(model(x)["y"], _onnxruntime(proto, {"x": x}), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_silu_before_a_padded_depthwise_convolution_computes_the_convolution_once():
+    """The pad of the depthwise convolution's input would stop at the Sigmoid (not zero at 0):
+    the convolution's x * sigmoid(x) is realized whole, in the convolution's kernel, rather
+    than the convolution computed once for x and again inside the sigmoid's kernel."""
+    rng = np.random.default_rng(2)
+    w1 = rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
+    w2 = rng.standard_normal((16, 1, 3, 3)).astype(np.float32)
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["conv"])] + _activation("silu", "conv", "a") \
+        + [helper.make_node("Conv", ["a", "w2"], ["y"], group=16, pads=[1, 1, 1, 1])]
+    proto = _model(nodes, [_value("x", [1, 8, 12, 12])], [_value("y", None)], inits)
+    model = tox.load(proto, device="cpu")
+    assert _reduces(model) == 2
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    np.testing.assert_allclose(model(x)["y"], _onnxruntime(proto, {"x": x}), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_a_value_read_by_two_consumers_that_do_not_meet_is_written_once():
+    """x feeds an activation and, apart from it, a second convolution: x is realized (its
+    convolution computed once), not recomputed inside each reader."""
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((8, 8, 1, 1)).astype(np.float32)
+    w2 = rng.standard_normal((8, 8, 1, 1)).astype(np.float32)
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"]),
+             helper.make_node("Sigmoid", ["c"], ["s"]),
+             helper.make_node("Conv", ["c", "w2"], ["d"]),
+             helper.make_node("Add", ["s", "d"], ["y"])]
+    proto = _model(nodes, [_value("x", [1, 8, 6, 6])], [_value("y", None)], inits)
+    model = tox.load(proto, device="reference")
+    assert _reduces(model) == 2
