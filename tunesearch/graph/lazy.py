@@ -194,6 +194,12 @@ def _move_one(node: LazyNode, op: MovementOps, arg, memo: dict) -> LazyNode:
         return _reread(node, op, arg)
     if op is MovementOps.PAD and (node.op not in PAD_SAFE or _splits_a_reduce(node)):
         return _reread(node, op, arg)
+    if op is MovementOps.EXPAND and math.prod(arg) > math.prod(node.shape) and \
+            _epilogue_of_reduce(node)[1]:
+        # work on a reduce's result, broadcast: done once per result in the reduce's kernel
+        # (a squeeze-excitation gate's sigmoid, a norm's rsqrt), not once per element it
+        # reaches; the reduce is a kernel of its own either way
+        return _reread(node, op, arg)
     srcs = tuple(_move(s, op, arg, memo) for s in node.src)
     return LazyNode(node.op, srcs, node.arg, srcs[0].shape, node.dtype, node.device)
 
@@ -203,6 +209,13 @@ def _splits_a_reduce(node: LazyNode) -> bool:
     pad-safe with an unrealized reduce below: that node would be realized on its own, and the
     reduce computed twice, in its kernel and in the pad's (a convolution's x * sigmoid(x)
     before a padded depthwise convolution). Realizing node whole computes it once."""
+    unsafe, reduce = _epilogue_of_reduce(node)
+    return unsafe and reduce
+
+
+def _epilogue_of_reduce(node: LazyNode) -> tuple[bool, bool]:
+    """(whether node's elementwise work holds an op that is not pad-safe, whether it reaches an
+    unrealized reduce), through elementwise ops down to loads, constants and reduces."""
     unsafe, reduce, stack, seen = False, False, [node], set()
     while stack:
         n = stack.pop()
@@ -216,7 +229,7 @@ def _splits_a_reduce(node: LazyNode) -> bool:
             continue
         unsafe |= n.op not in PAD_SAFE
         stack.extend(n.src)
-    return unsafe and reduce
+    return unsafe, reduce
 
 
 def moved_shape(shape: tuple[int, ...], op: MovementOps, arg) -> tuple[int, ...]:
