@@ -43,14 +43,14 @@ def test_every_unsupported_operator_is_listed_with_its_node():
     nodes = [helper.make_node("NonZero", ["x"], ["a"], name="first"),
              helper.make_node("Relu", ["x"], ["b"], name="fine"),
              helper.make_node("NonZero", ["b"], ["c"], name="second"),
-             helper.make_node("Resize", ["x", "", "scales"], ["d"], name="smooth", mode="linear"),
+             helper.make_node("MaxPool", ["x"], ["d", "where"], name="pooled", kernel_shape=[1]),
              helper.make_node("FusedThing", ["x"], ["e"], name="custom", domain="com.example")]
     proto = _model(nodes, [_float("x", [1, 2]), _float("scales", [2])],
                    [_float(n, None) for n in "abcde"])
     with pytest.raises(tox.UnsupportedOperatorError) as err:
         tox.load(proto, device="reference")
     text = _one_line(err.value)
-    for piece in ("NonZero", "'first'", "'second'", "mode=linear", "'smooth'",
+    for piece in ("NonZero", "'first'", "'second'", "Indices output", "'pooled'",
                   "com.example.FusedThing", "'custom'"):
         assert piece in text
     assert "'fine'" not in text

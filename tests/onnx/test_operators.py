@@ -182,3 +182,20 @@ def test_a_value_read_by_two_consumers_that_do_not_meet_is_written_once():
     proto = _model(nodes, [_value("x", [1, 8, 6, 6])], [_value("y", None)], inits)
     model = tox.load(proto, device="reference")
     assert _reduces(model) == 2
+
+
+@pytest.mark.parametrize("mode,transform", [("linear", "half_pixel"),
+                                            ("linear", "align_corners"),
+                                            ("cubic", "pytorch_half_pixel")])
+def test_resize_linear_and_cubic_as_pytorch_upsamples_match_onnxruntime(mode, transform):
+    """F.interpolate(scale_factor=2, mode="bilinear"/"bicubic") as exported, on the CPU device:
+    a weight matrix per axis, the same values as onnxruntime's filter."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 3, 10, 14)).astype(np.float32)
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "scales")
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode,
+                            coordinate_transformation_mode=transform)
+    proto = _model([node], [_value("x", [1, 3, 10, 14])], [_value("y", None)], [scales],
+                   opset=18)
+    got = tox.load(proto, device="cpu")(x)["y"]
+    np.testing.assert_allclose(got, _onnxruntime(proto, {"x": x}), rtol=1e-5, atol=1e-5)

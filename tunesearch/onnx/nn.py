@@ -1,5 +1,5 @@
 """ONNX operators for networks: pooling, normalizations, LRN, Pad and Resize (convolutions and
-the window geometry are in conv.py)."""
+the window geometry are in conv.py, Resize's linear and cubic weights in interpolate.py)."""
 from __future__ import annotations
 
 import math
@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 
 from tunesearch.onnx.conv import _geometry, pool_windows, stored_channels_last
+from tunesearch.onnx.interpolate import resize_axis, resize_matrix, source_position
 from tunesearch.onnx.registry import axis_of, register
 from tunesearch.onnx.shape import gather_known
 from tunesearch.tensor import Tensor
@@ -210,10 +211,10 @@ def pad(ctx, x, pads=None, value=None, axes=None):
 
 def _check_resize(ctx) -> Optional[str]:
     mode = ctx.attr("mode", "nearest")
-    if mode != "nearest":
-        return f"{ctx.op} with mode={mode} (only nearest)"
-    if ctx.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
-        return f"{ctx.op} with coordinate_transformation_mode=tf_crop_and_resize"
+    if mode not in ("nearest", "linear", "cubic"):
+        return f"{ctx.op} with mode={mode}"
+    if mode == "nearest" and ctx.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
+        return f"{ctx.op} with mode=nearest and coordinate_transformation_mode=tf_crop_and_resize"
     return None
 
 
@@ -221,19 +222,9 @@ def nearest_indices(ctx, size: int, out: int, scale: float) -> np.ndarray:
     """The input index that output position y reads, for each y, by the node's rounding rules."""
     mode = ctx.attr("coordinate_transformation_mode",
                     "asymmetric" if ctx.op == "Upsample" or ctx.opset < 11 else "half_pixel")
-    y = np.arange(out, dtype=np.float64)
-    if mode == "align_corners":
-        x = y * (size - 1) / (out - 1) if out > 1 else np.zeros(out)
-    elif mode == "asymmetric":
-        x = y / scale
-    elif mode == "pytorch_half_pixel":
-        x = (y + 0.5) / scale - 0.5 if out > 1 else np.zeros(out)
-    elif mode == "tf_half_pixel_for_nearest":
-        x = (y + 0.5) / scale
-    elif mode == "half_pixel_symmetric":
-        x = size / 2 * (1 - out / (scale * size)) + (y + 0.5) / scale - 0.5
-    else:
-        x = (y + 0.5) / scale - 0.5
+    x = source_position(mode, np.arange(out, dtype=np.float64), size, out, out, scale)
+    if mode == "pytorch_half_pixel" and out <= 1:
+        x = np.zeros(out)
     rounding = ctx.attr("nearest_mode", "round_prefer_floor")
     if ctx.op == "Upsample" or ctx.opset < 11:
         rounding = "floor"
@@ -247,7 +238,7 @@ def nearest_indices(ctx, size: int, out: int, scale: float) -> np.ndarray:
 def resize(ctx, x, roi=None, scales=None, sizes=None):
     x = ctx.tensor(x)
     if ctx.op == "Upsample" or ctx.opset < 11:
-        scales, sizes = (ctx.attr("scales") if roi is None else roi), None
+        scales, sizes, roi = (ctx.attr("scales") if roi is None else roi), None, None
     axes = [axis_of(a, x.ndim) for a in ctx.attr("axes", range(x.ndim))]
     in_sizes = [x.shape[a] for a in axes]
     if sizes is not None and math.prod(np.shape(sizes)) > 0:
@@ -261,9 +252,18 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
     else:
         ratios = [float(v) for v in np.asarray(ctx.host(scales, "scales")).reshape(-1)]
         wanted = [int(math.floor(i * r)) for i, r in zip(in_sizes, ratios)]
-    for axis, size, out, ratio in zip(axes, in_sizes, wanted, ratios):
-        idx = nearest_indices(ctx, size, out, ratio)
-        if out != size or np.any(idx != np.arange(size)):
-            x = gather_known(x, axis, idx)
+    method = ctx.attr("mode", "nearest")
+    windows = [None] * len(axes)
+    if ctx.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
+        box = [float(v) for v in np.asarray(ctx.host(roi, "roi")).reshape(-1)]
+        windows = list(zip(box[:len(axes)], box[len(axes):]))
+    for axis, size, out, ratio, window in zip(axes, in_sizes, wanted, ratios, windows):
+        if method == "nearest":
+            idx = nearest_indices(ctx, size, out, ratio)
+            if out != size or np.any(idx != np.arange(size)):
+                x = gather_known(x, axis, idx)
+            continue
+        weights, outside = resize_matrix(ctx, method, size, out, ratio, window)
+        if out != size or outside.any() or not np.allclose(weights, np.eye(size)):
+            x = resize_axis(ctx, x, axis, weights, outside)
     return x
-
