@@ -7,7 +7,7 @@ bundled fixtures (tunesearch/examples/<family>_<exporter>.onnx, manifest in expo
     python scripts/export_models.py --large --folder /tmp/large   # benchmark sizes
 
 Each model is built from a small config with seeded random weights (nothing is downloaded), so a
-fixture is a few hundred KB and the tests run it against onnxruntime without PyTorch. The manifest
+fixture is 0.3-1.2 MB and the tests run it against onnxruntime without PyTorch. The manifest
 records the exporter, opset, torch and transformers versions, the inputs and the dynamic axes.
 """
 from __future__ import annotations
@@ -168,8 +168,8 @@ def _features(batch: int, bins: int, frames: int, seed: int):
     return torch.randn(batch, bins, frames, generator=gen)
 
 
-FAMILIES = {"bert": bert, "gpt2": gpt2, "gpt2_static": gpt2_static, "t5": t5, "vit": vit, "whisper": whisper,
-            "mobilenet_v3": mobilenet_v3, "efficientnet": efficientnet}
+FAMILIES = {"bert": bert, "gpt2": gpt2, "gpt2_static": gpt2_static, "t5": t5, "vit": vit,
+            "whisper": whisper, "mobilenet_v3": mobilenet_v3, "efficientnet": efficientnet}
 
 
 def _randomize(model, seed: int) -> None:
@@ -250,6 +250,7 @@ def main() -> int:
         print(f"error: {exc.name} is not installed; this script needs torch, torchvision, "
               "transformers and onnxscript", file=sys.stderr)
         return 2
+    args.folder.mkdir(parents=True, exist_ok=True)
     manifest_file = args.folder / MANIFEST_NAME
     manifest = json.loads(manifest_file.read_text()) if manifest_file.is_file() else {}
     for family in args.models:

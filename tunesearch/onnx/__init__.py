@@ -19,9 +19,11 @@ Inputs that do not fit a loaded model raise InputError. Zero-size tensors are va
 a kernel with an empty output computes nothing.
 
 The package: `model.py` (load, OnnxModel), `registry.py` (the operator registry, the node context,
-the import errors), the operators by family (`elementwise.py`, `reduce.py`, `shape.py`, `conv.py`, `nn.py`),
-`rewrite.py` (graph rewrites before tracing), `files.py` (reading a model and its external data)
-and `plan.py` (the traced kernels, buffers and programs a call replays).
+the import errors), the operators by family (`elementwise.py`, `reduce.py`, `shape.py`,
+`index.py`, `conv.py`, `nn.py` with `interpolate.py`), `rewrite.py` (graph rewrites before
+tracing), `regions.py` (values read by several nodes that stay in one kernel), `files.py`
+(reading a model and its external data) and `plan.py` (the traced kernels, buffers and programs
+a call replays).
 """
 from tunesearch.onnx.files import ExternalDataError, read_model
 from tunesearch.onnx.model import GraphInfo, OnnxModel, Profile, load, supported_operators

@@ -55,7 +55,8 @@ def gather_elements(ctx, data, indices):
     size = data.shape[axis]
     if isinstance(indices, np.ndarray):
         _check_range(ctx, indices, size)
-        flat = _elements_flat(data.shape, indices.shape, axis, _wrap(indices, size).astype(np.int64))
+        positions = _wrap(indices, size).astype(np.int64)
+        flat = _elements_flat(data.shape, indices.shape, axis, positions)
         return gather_known(data.reshape(-1), 0, flat.astype(np.int64))
     ishape = indices.shape
     # the data each output position could read: the index's extent on every other axis, the
