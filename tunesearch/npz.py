@@ -55,8 +55,10 @@ def read_inputs(path: str | os.PathLike, model) -> dict[str, np.ndarray]:
 
 
 def write_outputs(path: str | os.PathLike, outputs: dict[str, np.ndarray]) -> None:
-    """Write the outputs, by name, to an .npz file."""
+    """Write the outputs, by name, to an .npz file at exactly this path (numpy would add
+    ".npz" to a name without it, and write somewhere the user did not say)."""
     try:
-        np.savez(path, **outputs)
+        with open(path, "wb") as file:
+            np.savez(file, **outputs)
     except OSError as err:
         raise UsageError(f"cannot write outputs {path}: {err.strerror or err}") from None

@@ -27,11 +27,11 @@ def _int(name: str, default: int, minimum: int | None = None, maximum: int | Non
 
 def debug() -> int:
     """The DEBUG level (0 to 4)."""
-    return _int("DEBUG", 0)
+    return _int("DEBUG", 0, minimum=0, maximum=4)
 
 
 def graph() -> bool:
-    return _int("GRAPH", 0) > 0
+    return _int("GRAPH", 0, minimum=0, maximum=1) > 0
 
 
 def graph_path() -> Path:
@@ -63,7 +63,7 @@ def db_url() -> str | None:
 
 def use_db() -> bool:
     """TUNESEARCH_NODB=1 turns the runtime's database lookups off."""
-    return _int("TUNESEARCH_NODB", 0) == 0
+    return _int("TUNESEARCH_NODB", 0, minimum=0, maximum=1) == 0
 
 
 def tune_on_miss() -> int:
@@ -107,3 +107,10 @@ def omp_spin() -> int:
 def cuda_driver() -> str:
     """TUNESEARCH_CUDA_DRIVER: "cuda-python" or "pycuda" (empty: the first that works)."""
     return os.environ.get("TUNESEARCH_CUDA_DRIVER", "").strip().lower()
+
+
+def check() -> None:
+    """Read every numeric setting once, so that a value out of its range is one line before a
+    command does any work, not an error halfway or a value quietly taken."""
+    for read in (debug, graph, use_db, tune_on_miss, graph_rewrites, cpu_threads, omp_spin):
+        read()

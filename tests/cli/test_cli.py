@@ -177,3 +177,14 @@ def test_tune_with_workers_then_status(tmp_path):
     assert out["kernels_tuned"] > 0
     status = json.loads(cli("status", "--db", db, "--json", check=True).stdout)
     assert "tiny_cnn" in json.dumps(status)
+
+
+def test_outputs_are_written_exactly_where_named(tmp_path):
+    """A name without .npz is that file, as named (numpy would write name.npz beside it)."""
+    out = tmp_path / "outputs_without_suffix"
+    cli("run", "example:tiny_cnn", "--repeat", "1", "--outputs", str(out),
+        env={"TUNESEARCH_NODB": "1"}, check=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+    with np.load(out) as got:
+        assert got.files
+

@@ -23,6 +23,7 @@ import numpy as np
 from tunesearch.cli.arguments import (
     ArgumentParser, add_db_argument, count, integer, seconds, SEED_LIMIT,
 )
+from tunesearch import settings
 from tunesearch.errors import UsageError, run_command
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -216,7 +217,7 @@ def cmd_run(args) -> int:
     from tunesearch.npz import read_inputs, write_outputs
     from tunesearch.runtime.lookup import TunedConfigs
     from tunesearch.tensor.lookups import tune_on_miss
-    if args.outputs:
+    if args.outputs is not None:
         check_new_file(args.outputs, "--outputs")
     model = _load_model(args)
     inputs = read_inputs(args.inputs, model) if args.inputs else model.random_inputs(seed=0)
@@ -224,7 +225,7 @@ def cmd_run(args) -> int:
     model.use_lookup(TunedConfigs.for_run(args.db, on_miss=tune_on_miss))
     profile = model.profile(inputs, repeat=args.repeat)
     outputs = model(inputs)  # after the profile's warm calls: DEBUG and GRAPH=1 show this one
-    if args.outputs:
+    if args.outputs is not None:
         write_outputs(args.outputs, outputs)
     summary = {"model": str(args.model), "device": args.device,
                "latency_s": profile.latency, "kernels": len(profile.kernels),
@@ -278,7 +279,7 @@ def _device_help() -> str:
 def cmd_report(args) -> int:
     from tunesearch.db import Store
     from tunesearch.cli.report import check_plot, report
-    if args.plot:
+    if args.plot is not None:
         check_plot(args.plot)  # matplotlib and the file's folder, before reading the database
     with Store(args.db, readonly=True) as store:
         return report(store, args.plot, args.json)
@@ -371,4 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (0, 2 for an expected failure, 1 for a bug,
     130 for Ctrl-C: see `tunesearch.errors.run_command`)."""
     args = build_parser().parse_args(argv)
-    return run_command(lambda: args.func(args))
+
+    def command():
+        settings.check()
+        return args.func(args)
+    return run_command(command)

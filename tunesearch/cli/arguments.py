@@ -92,7 +92,10 @@ def seconds(name: str) -> Callable[[str], float]:
 
 
 def check_new_file(path: str | os.PathLike, flag: str) -> None:
-    """Refuse, before any work, a file that cannot be written: its folder must exist."""
+    """Refuse, before any work, a file that cannot be written: a name is given, its folder
+    must exist."""
+    if not str(path).strip():
+        raise UsageError(f"{flag} needs a file name, not an empty one")
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if target.is_dir():

@@ -17,6 +17,7 @@ import statistics
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 from tunesearch.db.leases import model_kernels
 
@@ -107,19 +108,26 @@ from tunesearch.errors import UsageError
 
 def check_plot(path: str) -> None:
     """Refuse a plot that cannot be drawn or written, before any work: matplotlib must be
-    installed and the file's folder must exist."""
+    installed, the file's folder must exist and its suffix name a format matplotlib writes
+    (without one matplotlib would add ".png" and write another file than the one named)."""
     try:
         import matplotlib  # noqa: F401
+        from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
         raise UsageError("--plot needs matplotlib, which is not installed: "
                          "pip install 'tunesearch[report]'") from None
     check_new_file(path, "--plot")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise UsageError(f"--plot {path}: the name must end in a format matplotlib writes "
+                         f"({', '.join('.' + f for f in ('png', 'pdf', 'svg'))}, ...)")
 
 
 def report(store, plot: str | None = None, as_json: bool = False) -> int:
     """Print the report (a table, or JSON) and write the PNG to `plot`; returns the exit code
     (a plot that cannot be drawn or written is refused before any work)."""
-    if plot:
+    if plot is not None:
         check_plot(plot)
     rows = store.list_results()
     curves = model_curves(store, rows)
