@@ -169,6 +169,9 @@ CASES = [
     Case("outputs into a missing folder", ("run", FIXED, "--outputs", "{dir}/no/such/out.npz"),
          ("no/such",)),
     Case("outputs empty", ("run", FIXED, "--outputs", ""), ("--outputs", "empty")),
+    Case("tune into memory", ("tune", FIXED, "--db", "sqlite://"), ("in-memory", "sqlite:///")),
+    Case("tune into memory by the setting", ("tune", FIXED), ("in-memory",),
+         {"TUNESEARCH_DB": "sqlite:///:memory:"}),
     Case("outputs to a full device", ("run", FIXED, "--db", GOOD_DB, "--outputs", "/dev/full"),
          ("/dev/full", "No space")),
     # settings

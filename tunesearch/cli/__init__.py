@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tunesearch.cli.arguments import (
-    ArgumentParser, add_db_argument, count, integer, seconds, SEED_LIMIT,
-)
 from tunesearch import settings
+from tunesearch.cli.arguments import (
+    ArgumentParser, add_db_argument, check_kept_database, count, integer, seconds, SEED_LIMIT,
+)
 from tunesearch.errors import UsageError, run_command
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -96,6 +96,7 @@ def cmd_tune(args) -> int:
     if args.sampler not in SAMPLERS:
         raise UsageError(f"unknown sampler {args.sampler!r} (--sampler); known samplers: "
                          f"{', '.join(SAMPLERS)}")
+    check_kept_database(args.db or settings.db_url(), "tune")
     model = _load_model(args)
     store = _open_store(args.db)
     # a database that cannot be written refuses now, not after minutes of search

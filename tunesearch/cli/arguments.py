@@ -42,6 +42,24 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", metavar="URL", default=None, help=DB_HELP)
 
 
+def check_kept_database(url: str | None, what: str) -> None:
+    """Refuse, before any work, a database that keeps nothing: SQLite in memory (`sqlite://`,
+    `:memory:`) would take every result of `what` and lose it when the command ends."""
+    if not url:
+        return
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # the store says what is wrong with it, in its own words
+    memory = parsed.database in (None, "", ":memory:") or \
+        parsed.query.get("mode") == "memory"
+    if parsed.get_backend_name() == "sqlite" and memory:
+        raise UsageError(f"{what} into {url}: an in-memory database keeps nothing once the "
+                         "command ends; give a file (sqlite:///results.db)")
+
+
 def integer(name: str, minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     """An argparse type: an integer from minimum to maximum (inclusive; None: no upper bound)."""
     bounds = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
