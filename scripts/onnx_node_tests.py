@@ -65,9 +65,9 @@ def numeric_case(case) -> bool:
         if any(name.startswith(t) for t in OUTSIDE):
             return False
     for node in graph.node:
-        for attr in node.attribute:
-            if attr.name in ("to", "saturate") and attr.type == attr.INT and attr.name == "to" \
-                    and any(TensorProto.DataType.Name(attr.i).startswith(t) for t in OUTSIDE):
+        for attr in node.attribute:  # a cast to such a type
+            if attr.name == "to" and attr.type == attr.INT and \
+                    any(TensorProto.DataType.Name(attr.i).startswith(t) for t in OUTSIDE):
                 return False
     return True
 
