@@ -192,10 +192,10 @@ def _move_one(node: LazyNode, op: MovementOps, arg, memo: dict) -> LazyNode:
             axes, _ = node.arg
             return LazyNode(node.op, node.src, (axes, tuple(arg)), arg, node.dtype, node.device)
         return _reread(node, op, arg)
-    if op is MovementOps.PAD and (node.op not in PAD_SAFE or _splits_a_reduce(node)):
+    if op is MovementOps.PAD and (node.op not in PAD_SAFE or _splits_a_reduce(node, memo)):
         return _reread(node, op, arg)
     if op is MovementOps.EXPAND and math.prod(arg) > math.prod(node.shape) and \
-            _epilogue_of_reduce(node)[1]:
+            _epilogue_of_reduce(node, memo)[1]:
         # work on a reduce's result, broadcast: done once per result in the reduce's kernel
         # (a squeeze-excitation gate's sigmoid, a norm's rsqrt), not once per element it
         # reaches; the reduce is a kernel of its own either way
@@ -204,32 +204,33 @@ def _move_one(node: LazyNode, op: MovementOps, arg, memo: dict) -> LazyNode:
     return LazyNode(node.op, srcs, node.arg, srcs[0].shape, node.dtype, node.device)
 
 
-def _splits_a_reduce(node: LazyNode) -> bool:
+def _splits_a_reduce(node: LazyNode, memo: dict) -> bool:
     """Whether pushing a pad through node's elementwise work would stop at a node that is not
     pad-safe with an unrealized reduce below: that node would be realized on its own, and the
     reduce computed twice, in its kernel and in the pad's (a convolution's x * sigmoid(x)
     before a padded depthwise convolution). Realizing node whole computes it once."""
-    unsafe, reduce = _epilogue_of_reduce(node)
+    unsafe, reduce = _epilogue_of_reduce(node, memo)
     return unsafe and reduce
 
 
-def _epilogue_of_reduce(node: LazyNode) -> tuple[bool, bool]:
+def _epilogue_of_reduce(node: LazyNode, memo: dict) -> tuple[bool, bool]:
     """(whether node's elementwise work holds an op that is not pad-safe, whether it reaches an
-    unrealized reduce), through elementwise ops down to loads, constants and reduces."""
-    unsafe, reduce, stack, seen = False, False, [node], set()
-    while stack:
-        n = stack.pop()
-        if id(n) in seen or n.realized is not None or n.op in ("load", "const", "buffer"):
-            if n.op == "load" and n.src[0].is_reduce and n.src[0].realized is None:
-                reduce = True
-            continue
-        seen.add(id(n))
-        if n.is_reduce:
-            reduce = True
-            continue
-        unsafe |= n.op not in PAD_SAFE
-        stack.extend(n.src)
-    return unsafe, reduce
+    unrealized reduce), through elementwise ops down to loads, constants and reduces. Kept in
+    the move's memo (beside the moved nodes, under its own key), so that a move asks it of
+    each node once rather than walking every node's subtree again."""
+    key = ("epilogue", id(node))
+    if key not in memo:
+        if node.op == "load":
+            memo[key] = (False, node.src[0].is_reduce and node.src[0].realized is None)
+        elif node.realized is not None or node.op in ("const", "buffer"):
+            memo[key] = (False, False)
+        elif node.is_reduce:
+            memo[key] = (False, True)
+        else:
+            parts = [_epilogue_of_reduce(s, memo) for s in node.src]
+            memo[key] = (node.op not in PAD_SAFE or any(u for u, _ in parts),
+                         any(r for _, r in parts))
+    return memo[key]
 
 
 def moved_shape(shape: tuple[int, ...], op: MovementOps, arg) -> tuple[int, ...]:

@@ -12,14 +12,8 @@ import math
 import numpy as np
 
 from tunesearch.onnx.registry import axis_of, register
-from tunesearch.onnx.shape import gather_known, gather_onehot
+from tunesearch.onnx.shape import gather_known, gather_onehot, wrap_negative
 from tunesearch.tensor import Tensor
-
-
-def _wrap(indices, size):
-    """Negative positions count from the end, for numpy arrays and Tensors alike."""
-    return (indices < 0).where(indices + size, indices) if isinstance(indices, Tensor) else \
-        np.where(indices < 0, indices + size, indices)
 
 
 def _check_range(ctx, indices: np.ndarray, size: int) -> None:
@@ -32,7 +26,7 @@ def _check_range(ctx, indices: np.ndarray, size: int) -> None:
 def _gather_elements_np(ctx, data, indices):
     axis = axis_of(ctx.attr("axis", 0), data.ndim)
     _check_range(ctx, indices, data.shape[axis])
-    return np.take_along_axis(data, _wrap(indices, data.shape[axis]).astype(np.int64), axis)
+    return np.take_along_axis(data, wrap_negative(indices, data.shape[axis]).astype(np.int64), axis)
 
 
 def _elements_flat(shape: tuple[int, ...], ishape: tuple[int, ...], axis: int, indices):
@@ -55,7 +49,7 @@ def gather_elements(ctx, data, indices):
     size = data.shape[axis]
     if isinstance(indices, np.ndarray):
         _check_range(ctx, indices, size)
-        positions = _wrap(indices, size).astype(np.int64)
+        positions = wrap_negative(indices, size).astype(np.int64)
         flat = _elements_flat(data.shape, indices.shape, axis, positions)
         return gather_known(data.reshape(-1), 0, flat.astype(np.int64))
     ishape = indices.shape
@@ -67,7 +61,7 @@ def gather_elements(ctx, data, indices):
     across = moved.reshape(ishape[:axis] + ishape[axis + 1:] + (size,))
     across = across.reshape(ishape[:axis] + (1,) + ishape[axis + 1:] + (size,)).expand(
         ishape + (size,))
-    idx = _wrap(indices.int(), size)
+    idx = wrap_negative(indices.int(), size)
     hot = idx.reshape(ishape + (1,)).eq(Tensor.arange(size, device=data.device)
                                         .reshape((1,) * len(ishape) + (size,)))
     zero = 0.0 if data.dtype.is_float else 0
@@ -94,7 +88,7 @@ def _nd_flat(indices, data_shape, batch: int, depth: int, lead):
             part = indices.shrink([(0, s) for s in ishape] + [(j, j + 1)]).reshape(ishape)
         else:
             part = indices[..., j]
-        part = _wrap(part, lead[j]) * strides[j]
+        part = wrap_negative(part, lead[j]) * strides[j]
         flat = part if flat is None else flat + part
     rows = math.prod(lead)
     for i in range(batch):

@@ -170,10 +170,15 @@ def slice_(ctx, x, starts=None, ends=None, axes=None, steps=None):
     return x[_slices(ctx, x.shape, starts, ends, axes, steps)]
 
 
+def wrap_negative(indices, size):
+    """Negative positions count from the end, for numpy arrays and Tensors alike."""
+    return (indices < 0).where(indices + size, indices) if isinstance(indices, Tensor) else \
+        np.where(indices < 0, indices + size, indices)
+
+
 def _gather_np(ctx, data, indices):
     axis = axis_of(ctx.attr("axis", 0), data.ndim)
-    indices = np.where(indices < 0, indices + data.shape[axis], indices)
-    return np.take(data, indices, axis=axis)
+    return np.take(data, wrap_negative(indices, data.shape[axis]), axis=axis)
 
 
 @register("Gather", host=_gather_np, movement=True)
@@ -181,7 +186,7 @@ def gather(ctx, data, indices):
     data = ctx.tensor(data)
     axis = axis_of(ctx.attr("axis", 0), data.ndim)
     if isinstance(indices, np.ndarray):
-        idx = np.where(indices < 0, indices + data.shape[axis], indices).astype(np.int64)
+        idx = wrap_negative(indices, data.shape[axis]).astype(np.int64)
         return gather_known(data, axis, idx)
     return gather_onehot(data.materialize(), axis, indices)
 
@@ -235,8 +240,7 @@ def gather_onehot(data: Tensor, axis: int, indices: Optional[Tensor],
     """data gathered along axis by comparing indices with every position and summing."""
     dim = data.shape[axis]
     if onehot is None:
-        idx = indices.int()
-        idx = (idx < 0).where(idx + dim, idx)
+        idx = wrap_negative(indices.int(), dim)
         onehot = idx.reshape(idx.shape + (1,)).eq(Tensor.arange(dim, device=data.device)
                                                   .reshape((1,) * idx.ndim + (dim,)))
     ishape = onehot.shape[:-1]
