@@ -138,7 +138,7 @@ def bench(name: str, proto, threads: int, repeat: int, db: str | None) -> dict:
     import tunesearch.onnx as tox
     from tunesearch.runtime import realize
     from tunesearch.runtime.lookup import TunedConfigs
-    from tunesearch.tensor.lookups import tune_on_miss
+    from tunesearch.search.on_miss import tune_on_miss
     # the configs tune has just stored, looked up afresh (untuned: the process's, NODB=1)
     lookup = TunedConfigs.open(db, on_miss=tune_on_miss) if db is not None else None
     realize.clear_programs()

@@ -166,7 +166,7 @@ def test_results_of_other_sizes_share_a_freed_buffer_without_clobbering(device):
 
 def test_buffer_pool_takes_the_smallest_freed_buffer_that_holds_a_result():
     from tunesearch.graph.dtypes import dtypes
-    from tunesearch.onnx.plan import BufferPool
+    from tunesearch.lowering.plan import BufferPool
     from tunesearch.runtime.device import get_device
     float32 = dtypes.float32
     pool = BufferPool(get_device("cpu"))

@@ -64,11 +64,11 @@ def _check(proto, feeds=None, rtol=1e-4):
 def _in_place_width(channels: int) -> int:
     """Output columns over which a 3x3 convolution into `channels` (at most
     FEW_CHANNELS_VECTORS vectors of them) reads its windows in place from the padded input at
-    this target (onnx/conv._direct): rows of FEW_CHANNELS_ROW_VECTORS vectors, and at least
+    this target (lowering/conv._direct): rows of FEW_CHANNELS_ROW_VECTORS vectors, and at least
     the 12 the tests were written with. At AVX-512 that is 16 (rows of 12 went through an
     im2col copy there, and were read in place at AVX2), so the kernel counts hold at every
     vector width."""
-    from tunesearch.onnx.conv import FEW_CHANNELS_ROW_VECTORS, FEW_CHANNELS_VECTORS
+    from tunesearch.lowering.conv import FEW_CHANNELS_ROW_VECTORS, FEW_CHANNELS_VECTORS
     from tunesearch.runtime.device import get_device
     lanes = get_device("cpu").info().target.lanes(4)
     assert channels <= FEW_CHANNELS_VECTORS * lanes

@@ -9,7 +9,7 @@ never a traceback. Any other exception is a bug: exit code 1 and one line that s
 
 This module builds the parser and runs `tune`, `run` and `devices`; the other commands live beside
 it: `report.py` (and `report_plot.py`), `status.py`, `dashboard.py`, `db.py` (the `db` group),
-with `before_after.py` (the before/after timing of `tune`) and `arguments.py` (checked arguments).
+with `arguments.py` (checked arguments); `tune` is `search.tune_model` and a table.
 `python -m tunesearch` runs `main`.
 """
 from __future__ import annotations
@@ -77,16 +77,8 @@ def _open_store(url: str | None):
     return Store(url)
 
 
-def _profile(model, inputs, repeat: int, db_url: str | None, use_db: bool):
-    """Profile the model with tuned configs from db_url, or with every kernel's default."""
-    from tunesearch.cli.before_after import profile_with
-    profile = profile_with(model, inputs, repeat, db_url, use_db)
-    model(inputs)  # a warm call that DEBUG and GRAPH=1 show: the profile's calls are not traced
-    return profile
-
-
 def cmd_tune(args) -> int:
-    from tunesearch.search import Budget, tune_kernels
+    from tunesearch.search import Budget, tune_model
     from tunesearch.search.samplers import SAMPLERS
     from tunesearch.search.saving import check_writable
     # every argument is checked before any work, before a file is opened or created
@@ -102,40 +94,15 @@ def cmd_tune(args) -> int:
     # a database that cannot be written refuses now, not after minutes of search
     check_writable(store, args.device)
     inputs = model.random_inputs(seed=0)
-    before = _profile(model, inputs, args.repeat, args.db, use_db=False)
-    kernels = [item.kernel for item in model.schedule(inputs)]
-    constants = model.constant_inputs(inputs)  # weights: timed packed ahead, as runs read them
-    quiet = args.quiet or args.json
-    if args.workers > 1:
-        from tunesearch.search.supervise import run_workers
-        report = run_workers(kernels, args.device, budget, sampler=args.sampler, seed=args.seed,
-                             db_url=store.url, n_workers=args.workers,
-                             model=Path(args.model).stem, retune=args.retune,
-                             weights={k.key: t for k, t in before.kernels}, progress=not quiet,
-                             constants=constants)
-    else:
-        from tunesearch.db import study_storage
-        report = tune_kernels(kernels, args.device, budget, sampler=args.sampler,
-                              seed=args.seed, store=store, progress=not quiet,
-                              retune=args.retune, storage=_studies(study_storage, store.url),
-                              model=Path(args.model).stem, constants=constants)
-    from tunesearch.cli import before_after
-    from tunesearch.runtime.device import get_device
-    # each side's latency in fresh processes: one process is one sample of threads and memory
-    shapes = {name: tuple(a.shape) for name, a in inputs.items()}
-
-    def compare():
-        return before_after.measure_in_processes(str(args.model), shapes, args.device,
-                                                 args.repeat, store.url)
-    compared = compare()
-    kept = before_after.keep_defaults(store, get_device(args.device),
-                                      {k.key: k for k in kernels},
-                                      before_after.losers(compared, report.results), constants)
-    if kept:  # the model again, with the defaults kept where the winners lost
-        compared = compare()
-    before_after.use_configs(model, store.url, use_db=True)
+    from tunesearch.db import study_storage
+    tuned = tune_model(model, args.device, budget, store=store, inputs=inputs,
+                       sampler=args.sampler, seed=args.seed, retune=args.retune,
+                       workers=args.workers, progress=not (args.quiet or args.json),
+                       repeat=args.repeat, name=Path(args.model).stem,
+                       storage=_studies(study_storage, store.url) if args.workers <= 1 else None)
     model(inputs)  # a warm call with the tuned kernels, the one DEBUG and GRAPH=1 show
-    default_time = {k.key: t for k, t in before.kernels}
+    report, compared, kept = tuned.report, tuned.comparison, tuned.kept_default
+    default_time = tuned.default_times
     total = sum(default_time.values()) or 1.0
     rows = []
     for r in report.results:
@@ -217,7 +184,7 @@ def cmd_run(args) -> int:
     from tunesearch.cli.arguments import check_new_file
     from tunesearch.npz import read_inputs, write_outputs
     from tunesearch.runtime.lookup import TunedConfigs
-    from tunesearch.tensor.lookups import tune_on_miss
+    from tunesearch.search.on_miss import tune_on_miss
     if args.outputs is not None:
         check_new_file(args.outputs, "--outputs")
     model = _load_model(args)

@@ -56,9 +56,11 @@ class LazyNode:
 
 # ---- constructors
 
-def buffer_node(buffer: Any, shape: tuple[int, ...], dtype: DType, device: str) -> LazyNode:
-    """A realized buffer, returned as the load that reads it whole."""
-    base = LazyNode("buffer", (), None, shape, dtype, device, realized=buffer)
+def buffer_node(buffer: Any, shape: tuple[int, ...], dtype: DType, device: str,
+                fed: bool = False) -> LazyNode:
+    """A realized buffer, returned as the load that reads it whole. fed: an input of a traced
+    program or model, which every call fills anew (its arg says so), never a constant."""
+    base = LazyNode("buffer", (), "fed" if fed else None, shape, dtype, device, realized=buffer)
     return load(base)
 
 

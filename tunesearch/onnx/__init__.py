@@ -22,12 +22,11 @@ The package: `model.py` (load, OnnxModel), `registry.py` (the operator registry,
 the import errors), the operators by family (`elementwise.py`, `reduce.py`, `shape.py`,
 `index.py`, `conv.py`, `nn.py` with `interpolate.py`), `rewrite.py` (graph rewrites before
 tracing), `regions.py` (values read by several nodes that stay in one kernel), `files.py`
-(reading a model and its external data) and `plan.py` (the traced kernels, buffers and programs
-a call replays).
+(reading a model and its external data). A model's calls replay a plan
+(`tunesearch.lowering.plan`).
 """
 from tunesearch.onnx.files import ExternalDataError, read_model
 from tunesearch.onnx.model import GraphInfo, OnnxModel, Profile, load, supported_operators
-from tunesearch.onnx.plan import Plan
 from tunesearch.onnx.registry import (OPS, ModelNotFoundError, NodeContext, NotOnnxError,
                                       OnnxImportError, UnboundDimensionError,
                                       UnsupportedOperatorError, UnsupportedTypeError,

@@ -18,14 +18,13 @@ from tunesearch.errors import InputError
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import ScheduleItem
 import tunesearch.onnx.elementwise  # noqa: F401  (each operator module registers its operators)
-from tunesearch.onnx.conv import stored_channels_last
 import tunesearch.onnx.index  # noqa: F401
 import tunesearch.onnx.nn  # noqa: F401
 import tunesearch.onnx.reduce  # noqa: F401
 import tunesearch.onnx.shape  # noqa: F401
 from tunesearch.onnx import regions, rewrite
 from tunesearch.onnx.files import read_model
-from tunesearch.onnx.plan import Plan
+from tunesearch.lowering.plan import Plan
 from tunesearch.onnx.registry import OPS, NodeContext, OnnxImportError, internal_dtype, producible
 from tunesearch.onnx.signature import (ONNX_DOMAINS, ValueInfo, bind_inputs,
                                        check_operators, check_types, declared_dims,
@@ -71,7 +70,14 @@ def load(path_or_bytes: Union[str, os.PathLike, bytes, onnx.ModelProto],
     input_shapes binds dynamic dimensions, e.g. {"input": (1, 3, 224, 224)}; device is a device
     name (default: TUNESEARCH_DEVICE, else "cpu"); lookup gives the tuned configs its kernels
     run with (default: the process's, `tunesearch.tensor.default_lookup()`)."""
-    return OnnxModel(read_model(path_or_bytes), input_shapes, device, lookup)
+    model = OnnxModel(read_model(path_or_bytes), input_shapes, device, lookup)
+    if isinstance(path_or_bytes, (str, os.PathLike)):  # a fresh process can load it again
+        model.recipe = {"function": "tunesearch.onnx:load",
+                        "arguments": {"path_or_bytes": os.path.abspath(path_or_bytes),
+                                      "input_shapes": {v.name: list(v.shape)
+                                                       for v in model.inputs},
+                                      "device": model.device}}
+    return model
 
 
 class OnnxModel:
@@ -81,6 +87,7 @@ class OnnxModel:
     def __init__(self, proto: onnx.ModelProto, input_shapes: Optional[dict[str, tuple]] = None,
                  device: Optional[str] = None, lookup: Optional[TunedConfigs] = None):
         self.proto = proto
+        self.recipe: Optional[dict] = None  # how a fresh process loads it again (see load)
         self.device = device or settings.default_device()
         self.lookup = default_lookup() if lookup is None else lookup
         graph = proto.graph
@@ -244,8 +251,8 @@ class OnnxModel:
         inputs = {}
         for v in self.inputs:
             dt = internal_dtype(v.dtype)
-            inputs[v.name] = values[v.name] = Tensor(np.zeros(shapes[v.name], dt.np),
-                                                     device=self.device, dtype=dt)
+            inputs[v.name] = values[v.name] = Tensor.placeholder(shapes[v.name], dt,
+                                                                 self.device)
         for node in self._nodes:
             ctx = NodeContext(node, self.opset, self.device)
             for name in node.input:
@@ -264,7 +271,7 @@ class OnnxModel:
                 if name:
                     if isinstance(value, Tensor) and self._fanout[name] > 1 and \
                             name not in self._lazy_fanout:
-                        value = value.materialize(stored_channels_last(value))
+                        value = value.materialize_as_stored()
                     values[name] = value
         return inputs, [values[v.name] for v in self.proto.graph.output]
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from tunesearch.onnx.conv import _geometry, pool_windows, stored_channels_last
+from tunesearch.onnx.conv import window_geometry
 from tunesearch.onnx.interpolate import resize_axis, resize_matrix, source_position
 from tunesearch.onnx.registry import axis_of, register
 from tunesearch.onnx.shape import gather_known
@@ -16,14 +16,11 @@ from tunesearch.tensor import Tensor
 
 # ---- pooling
 
-def _pool_windows(ctx, x: Tensor, value: float):
-    """The windows (taps last), the function that lays the reduced result out channels
-    first (conv.pool_windows), and the geometry."""
+def _pool_geometry(ctx, x: Tensor):
+    """kernel, strides, pads, dilations and ceil_mode of a pool node, in Tensor's terms."""
     kernel = list(ctx.attr("kernel_shape"))
-    strides, dilations, pads, outs = _geometry(ctx, x.shape[2:], kernel,
-                                               bool(ctx.attr("ceil_mode", 0)))
-    wins, back = pool_windows(x, kernel, strides, dilations, pads, outs, value)
-    return wins, back, (kernel, strides, dilations, pads, outs)
+    strides, dilations, pads = window_geometry(ctx, x.shape[2:], kernel)
+    return kernel, strides, pads, dilations, bool(ctx.attr("ceil_mode", 0))
 
 
 def _check_maxpool(ctx) -> Optional[str]:
@@ -33,25 +30,16 @@ def _check_maxpool(ctx) -> Optional[str]:
 @register("MaxPool", check=_check_maxpool)
 def max_pool(ctx, x):
     x = ctx.tensor(x)
-    low = -math.inf if x.dtype.is_float else int(np.iinfo(np.int32).min)
-    wins, back, (kernel, *_) = _pool_windows(ctx, x, low)
-    return back(wins.max(tuple(range(-len(kernel), 0))))
+    kernel, strides, pads, dilations, ceil_mode = _pool_geometry(ctx, x)
+    return x.max_pool2d(kernel, strides, pads, dilations, ceil_mode)
 
 
 @register("AveragePool")
 def average_pool(ctx, x):
     x = ctx.tensor(x)
-    wins, back, (kernel, strides, dilations, pads, outs) = _pool_windows(ctx, x, 0.0)
-    summed = back(wins.sum(tuple(range(-len(kernel), 0))))
-    include = bool(ctx.attr("count_include_pad", 0))
-    counts = np.ones((), np.float64)
-    for i, k, s, d, (b, e), o in zip(x.shape[2:], kernel, strides, dilations, pads, outs):
-        pos = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - b
-        lo, hi = (-b, i + e) if include else (0, i)
-        counts = np.multiply.outer(counts, ((pos >= lo) & (pos < hi)).sum(1))
-    if np.all(counts == counts.reshape(-1)[0]):
-        return summed * float(1.0 / counts.reshape(-1)[0])
-    return summed * ctx.tensor((1.0 / counts).astype(np.float32))
+    kernel, strides, pads, dilations, ceil_mode = _pool_geometry(ctx, x)
+    return x.avg_pool2d(kernel, strides, pads, bool(ctx.attr("count_include_pad", 0)),
+                        ceil_mode, dilations)
 
 
 @register("GlobalAveragePool")
@@ -68,27 +56,8 @@ def global_max_pool(ctx, x):
 
 @register("LRN")
 def lrn(ctx, x):
-    """x / (bias + alpha / size * sum of squares over a window of channels) ** beta."""
-    x = ctx.tensor(x)
-    order = stored_channels_last(x)
-    x = x.materialize(order)
-    size = ctx.attr("size")
-    alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
-    channels = x.shape[1]
-    lo = (size - 1) // 2
-    square = (x * x).pad([(0, 0), (lo, size - 1 - lo)] + [(0, 0)] * (x.ndim - 2))
-    if order is not None:
-        # channels last, the channels are the lanes: the window's shifted reads of a padded
-        # copy of the squares rather than loads masked along the lanes (inception_v1's LRN
-        # over 55x55 maps of 64 channels: 0.35 ms so with the copy, 0.63 masked; 0.15
-        # channels first, where the layout before and after it is too)
-        square = square.materialize(order)
-    rest = [(0, s) for s in x.shape[2:]]
-    total = None
-    for j in range(size):
-        part = square.shrink([(0, x.shape[0]), (j, j + channels)] + rest)
-        total = part if total is None else total + part
-    return x * (total * (alpha / size) + bias) ** (-beta)
+    return ctx.tensor(x).local_response_norm(ctx.attr("size"), ctx.attr("alpha", 1e-4),
+                                             ctx.attr("beta", 0.75), ctx.attr("bias", 1.0))
 
 
 # ---- normalizations

@@ -8,7 +8,8 @@ measure.py measures candidates: compiled in parallel by a Builder (builder.py), 
 isolated process by a Runner (runner.py), verified against the numpy reference, timed robustly;
 messages.py holds what crosses between the processes. study.py searches one kernel; samplers.py
 holds the samplers by name; tune.py tunes a list of kernels, shares the budget out and writes the
-store.
+store; model_tuning.py tunes a model's kernels and keeps a winner only where it is faster inside
+the model too (in_model.py times the model both ways).
 supervise.py tunes with several worker processes into one database (planning.py plans their
 leases, worker.py is one worker's loop; the leases and the Optuna studies' storage are
 `tunesearch.db`'s).
@@ -34,6 +35,7 @@ _EXPORTS = {
     "sampler_names": "samplers",
     "search_kernel": "study", "study_name": "study",
     "tune_kernels": "tune", "unique_kernels": "tune",
+    "ModelTuning": "model_tuning", "tune_model": "model_tuning",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -13,7 +13,7 @@ basic indexing. A bad shape, axis or argument raises `ShapeError` (from `tunesea
 
 Realizing runs each kernel with the config a lookup of tuned configs chooses
 (`tunesearch.runtime.lookup.TunedConfigs`): the one passed to `realize`/`numpy`, else the
-process's `default_lookup()` (`lookups.py`, which also holds the miss policy, `tune_on_miss`).
+process's `default_lookup()` (`lookups.py`; its miss policy is `search.on_miss`).
 """
 from tunesearch.errors import ShapeError
 from tunesearch.tensor.lookups import default_lookup

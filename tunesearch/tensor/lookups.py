@@ -1,5 +1,4 @@
-"""The lookup of tuned configs that the front ends use when they are given none, and its miss
-policy.
+"""The lookup of tuned configs that the front ends use when they are given none.
 
     >>> y.numpy()                                   # runs with default_lookup()
     >>> from tunesearch.runtime.lookup import TunedConfigs
@@ -13,25 +12,16 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tunesearch import settings
 from tunesearch.runtime.lookup import TunedConfigs
+from tunesearch.search.on_miss import tune_on_miss
 
 _default: Optional[TunedConfigs] = None
-
-
-def tune_on_miss(kernel, device, trials: int) -> None:
-    """The miss policy: TUNESEARCH_TUNE=N tunes a kernel that has no record with N trials and
-    stores the winner in TUNESEARCH_DB (else the default file), where the lookup finds it."""
-    from tunesearch.db import Store
-    from tunesearch.search import Budget, tune_kernels
-    tune_kernels([kernel], device, Budget(trials=trials), store=Store(settings.db_url()),
-                 progress=settings.debug() >= 1)
 
 
 def default_lookup() -> TunedConfigs:
     """The process's lookup: the database of TUNESEARCH_DB, else the default SQLite file, opened
     on the first lookup (a database error there means default configs, with one warning), with
-    `tune_on_miss` as its miss policy."""
+    `search.on_miss.tune_on_miss` as its miss policy."""
     global _default
     if _default is None:
         _default = TunedConfigs(on_miss=tune_on_miss)

@@ -11,22 +11,12 @@ from tunesearch.graph.dtypes import dtypes
 from tunesearch.graph.ops import MovementOps
 from tunesearch.graph.schedule import backing_node, fused_reduce, stored_order
 from tunesearch.graph.view import View
+from tunesearch.lowering.windows import window_pads
 from tunesearch.tensor._shapes import shape_arg as _shape_arg
 from tunesearch.tensor._shapes import shape_error as _err
 
 if TYPE_CHECKING:
     from tunesearch.tensor.tensor import Tensor
-
-
-def window_pads(spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
-                dilations: Sequence[int], pads: Sequence[tuple[int, int]],
-                outs: Sequence[int]) -> list[tuple[int, int]]:
-    """Per spatial axis, the (before, after) padding that makes an input of size `spatial`
-    span exactly the windows of `outs` outputs: before as given, after whatever the last
-    window reaches (negative where it leaves the input's last elements unread)."""
-    extent = [(o - 1) * s + (k - 1) * d + 1
-              for o, s, k, d in zip(outs, strides, kernel, dilations)]
-    return [(b, e - i - b) for (b, _), e, i in zip(pads, extent, spatial)]
 
 
 class MovementMixin:

@@ -20,10 +20,10 @@ from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import DType, dtypes, result_dtype
 from tunesearch.graph.lazy import LazyNode
 from tunesearch.graph.ops import BinaryOps, ReduceOps, UnaryOps
-from tunesearch.graph.schedule import create_schedule, backing_node
+from tunesearch.graph.schedule import backing_node
+from tunesearch.lowering.plan import Plan
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.lookup import TunedConfigs
-from tunesearch.runtime.realize import run_schedule
 from tunesearch.tensor._shapes import broadcast_shape as _broadcast_shape
 from tunesearch.tensor._shapes import shape_arg as _shape_arg
 from tunesearch.tensor._shapes import shape_error as _err
@@ -121,6 +121,21 @@ class Tensor(MovementMixin, UnaryMixin, NNMixin):
         rng = np.random.default_rng(seed)
         return Tensor(rng.standard_normal(_shape_arg(shape), dtype=np.float32), device=device)
 
+    @staticmethod
+    def placeholder(shape, dtype=None, device=None) -> "Tensor":
+        """An input of a traced program or model: a buffer every call fills anew (zeros until
+        then), never taken for a constant (see is_constant)."""
+        dt = _as_dtype(dtype) or dtypes.float32
+        device = device or settings.default_device()
+        buffer = get_device(device).from_numpy(np.zeros(_shape_arg(shape), dt.np), dt)
+        return Tensor(lazy.buffer_node(buffer, _shape_arg(shape), dt, device, fed=True))
+
+    def is_constant(self) -> bool:
+        """Whether this reads, whole and unchanged, data fixed before any call (a weight): a
+        buffer made from an array, not a placeholder, so a plan may lay it out once."""
+        base = backing_node(self.node)
+        return base is not None and base.op == "buffer" and base.arg != "fed"
+
     def _const(self, value, dtype: DType | None = None) -> "Tensor":
         return Tensor(lazy.const(value, self.shape, dtype or self.dtype, self.device))
 
@@ -132,7 +147,9 @@ class Tensor(MovementMixin, UnaryMixin, NNMixin):
         backing = backing_node(node)
         if backing is not None and backing.realized is not None:
             return self
-        run_schedule(create_schedule([node]), default_lookup() if lookup is None else lookup)
+        Plan(get_device(self.device), {}, [self], [self.dtype.np], ["result"],
+             lookup=default_lookup() if lookup is None else lookup, once=True,
+             label="schedule").execute()
         if backing is None:
             self.node = lazy.load(node)
         return self

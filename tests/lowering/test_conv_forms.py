@@ -60,7 +60,7 @@ def _lanes() -> int:
 
 def _row_columns(channels: int) -> int:
     """Output columns from which the CPU target reads a convolution's windows in place."""
-    from tunesearch.onnx.conv import (DIRECT_ROW_VECTORS, FEW_CHANNELS_ROW_VECTORS,
+    from tunesearch.lowering.conv import (DIRECT_ROW_VECTORS, FEW_CHANNELS_ROW_VECTORS,
                                       FEW_CHANNELS_VECTORS)
     lanes = _lanes()
     return (DIRECT_ROW_VECTORS if channels > FEW_CHANNELS_VECTORS * lanes
@@ -70,7 +70,7 @@ def _row_columns(channels: int) -> int:
 def _channels(which: str) -> int:
     """A few output channels, or more than FEW_CHANNELS_VECTORS vectors of them (70 at
     AVX-512, 38 at AVX2, 22 at SSE4)."""
-    from tunesearch.onnx.conv import FEW_CHANNELS_VECTORS
+    from tunesearch.lowering.conv import FEW_CHANNELS_VECTORS
     return 6 if which == "few" else FEW_CHANNELS_VECTORS * _lanes() + 6
 
 
@@ -239,7 +239,7 @@ def _long_rows_not_read_in_place(cin: int) -> tuple[int, int, int]:
     channels whose windows are not read in place (rows under DIRECT_ROW_VECTORS vectors, more
     than FEW_CHANNELS_VECTORS vectors of channels) over rows that hold two register blocks of
     the matmul's rows."""
-    from tunesearch.onnx.conv import DIRECT_ROW_VECTORS, FEW_CHANNELS_VECTORS
+    from tunesearch.lowering.conv import DIRECT_ROW_VECTORS, FEW_CHANNELS_VECTORS
     from tunesearch.runtime.device import get_device
     from tunesearch.space.cpu_space import matmul_block
     lanes, height = _lanes(), 4
@@ -277,7 +277,7 @@ def _row_blocks(channels: int, depth: int, size: int):
     """The register blocks this target's matmul takes for a convolution into `channels` over
     a size x size map with a reduce of `depth`: the flat one over every position, the one
     along one output row, and whether the second keeps as many accumulators busy, edges
-    counted (the test onnx/conv._channels_last makes of rows shorter than two flat blocks)."""
+    counted (the test lowering/conv._channels_last makes of rows shorter than two flat blocks)."""
     from tunesearch.runtime.device import get_device
     from tunesearch.space.cpu_model import useful_accumulators
     from tunesearch.space.cpu_space import matmul_block

@@ -1,6 +1,7 @@
-"""A model timed with every kernel's default and with its tuned winners, back to back.
+"""A model timed with every kernel's default and with its tuned winners, back to back, and the
+winners that lose inside it given back their defaults.
 
-`tunesearch tune` ends here. The two sides run in alternating blocks (defaults, winners,
+Tuning a model (`search.tune_model`) ends here. The two sides run in alternating blocks (defaults, winners,
 defaults, winners...), each block a warm-up call and `repeat` timed calls, and each side's figure
 is the median of its blocks: a machine that slows down for a while slows both sides alike. When
 the blocks of one side disagree by more than NOISE, more rounds are run; if they still disagree,
@@ -20,12 +21,17 @@ lucky process only loses.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
+
+from tunesearch.runtime import realize
+from tunesearch.runtime.lookup import TunedConfigs
+from tunesearch.search.on_miss import tune_on_miss
 
 NOISE = 0.10        # blocks of one side further apart than this (relative) are not trusted
 LOSS = 0.05         # a winner this much slower than the default inside the model loses its place
@@ -68,9 +74,6 @@ def profile_with(model, inputs, repeat: int, db_url: str | None, use_db: bool):
 def use_configs(model, db_url: str | None, use_db: bool) -> None:
     """From the next call on, the model runs the tuned configs of db_url (use_db) or every
     kernel's default: fresh plans, programs and lookup."""
-    from tunesearch.runtime import realize
-    from tunesearch.runtime.lookup import TunedConfigs
-    from tunesearch.tensor.lookups import tune_on_miss
     lookup = TunedConfigs.open(db_url, on_miss=tune_on_miss) if use_db else TunedConfigs.defaults()
     realize.clear_programs()
     model.reset_plans()
@@ -116,17 +119,17 @@ def measure(model, inputs, repeat: int, db_url: str | None) -> Comparison:
         kernel_after_best={k: min(d[k] for d in kernels_after) for k in kernels_after[-1]})
 
 
-def measure_in_processes(model: str, shapes: dict, device: str, repeat: int, db_url: str,
+def measure_in_processes(recipe: dict, repeat: int, db_url: str,
                          processes: int = PROCESSES) -> Comparison:
-    """`measure` in `processes` fresh processes, one after another (model: a path or
-    example:NAME, as the command line takes it); each figure is the median over them. The
-    spread is the larger of the spread between processes and the median process's own."""
-    request = json.dumps({"model": model, "shapes": {k: list(v) for k, v in shapes.items()},
-                          "device": device, "repeat": repeat})
+    """`measure` in `processes` fresh processes, one after another; each figure is the median
+    over them. The spread is the larger of the spread between processes and the median
+    process's own. recipe: how a fresh process builds the model again, {"function":
+    "module:name", "arguments": {...}} (an OnnxModel loaded from a file has one, `.recipe`)."""
+    request = json.dumps({"recipe": recipe, "repeat": repeat})
     env = dict(os.environ, TUNESEARCH_MEASURE_DB=db_url)  # the URL may hold a password
     runs = []
     for _ in range(processes):
-        done = subprocess.run([sys.executable, "-m", "tunesearch.cli.before_after"],
+        done = subprocess.run([sys.executable, "-m", "tunesearch.search.in_model"],
                               input=request, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"timing the model in a process of its own failed "
@@ -206,11 +209,9 @@ def keep_defaults(store, device, kernels: dict, results, constants: dict | None 
 def _child() -> int:
     """One process of `measure_in_processes`: the request on stdin, the Comparison as one line
     of JSON on stdout."""
-    from tunesearch.cli import resolve_model
-    from tunesearch.onnx import load
     request = json.loads(sys.stdin.read())
-    shapes = {k: tuple(v) for k, v in request["shapes"].items()}
-    model = load(resolve_model(request["model"]), shapes, device=request["device"])
+    module, name = request["recipe"]["function"].split(":")
+    model = getattr(importlib.import_module(module), name)(**request["recipe"]["arguments"])
     inputs = model.random_inputs(seed=0)
     comparison = measure(model, inputs, request["repeat"], os.environ["TUNESEARCH_MEASURE_DB"])
     print(json.dumps(asdict(comparison)))

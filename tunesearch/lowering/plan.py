@@ -1,6 +1,8 @@
-"""Replaying a traced model: the schedule is built once per set of input shapes, every kernel
-gets its program and its buffers once, and each call runs the same programs in order on new
-inputs: read where the caller keeps them on the CPU, copied into the same input buffers elsewhere.
+"""Running a schedule, once or over and over: the one way kernels run, for a model, a traced
+Tensor program (`tunesearch.traced`) and a single `Tensor.realize` alike. The schedule is built
+once per set of input shapes, every kernel gets its program and its buffers once, and each call
+runs the same programs in order on new inputs: read where the caller keeps them on the CPU, copied
+into the same input buffers elsewhere.
 
 Intermediate buffers are recycled: a buffer whose last reader has run is handed to a later kernel
 that writes the same size, so a deep model needs a few live activations, not one per kernel.
@@ -11,6 +13,7 @@ Each kernel runs with the config the plan's lookup of tuned configs chooses
 from __future__ import annotations
 
 import os
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +26,6 @@ from tunesearch.runtime import kernel_run, realize
 from tunesearch.runtime.device import Buffer, Device, Program
 from tunesearch.runtime.kernel_run import KernelRun
 from tunesearch.runtime.lookup import Choice, TunedConfigs
-from tunesearch.tensor import Tensor
 
 
 @dataclass(frozen=True)
@@ -34,29 +36,67 @@ class Step:
     choice: Choice
 
 
-class Plan:
-    """A traced model for one set of input shapes: its kernels, programs and buffers, replayed
-    per call. Built from the input tensors and the output values (Tensors, or arrays known at
-    import) of a trace; configs chosen by `lookup`, compiled and given buffers on the first
-    run."""
+def _is_value(value) -> bool:
+    """A traced value (a Tensor: it has a lazy graph node), not an array known at trace time."""
+    return hasattr(value, "node")
 
-    def __init__(self, device: Device, inputs: dict[str, Tensor], outs: list[Any],
+
+class Plan:
+    """A traced model or program for one set of input shapes: its kernels, programs and buffers,
+    replayed per call. Built from the input tensors and the output values (Tensors, or arrays
+    known at import) of a trace; configs chosen by `lookup`, compiled and given buffers on the
+    first run. once: a single run (`Tensor.realize`): no buffer is handed on, since the caller's
+    other tensors may still read any value it computes, and no constant is packed ahead, since
+    a kernel packs what it reads as cheaply once."""
+
+    def __init__(self, device: Device, inputs: dict[str, Any], outs: list[Any],
                  out_dtypes: list[np.dtype], out_names: list[str] | None = None, *,
-                 lookup: TunedConfigs):
+                 lookup: TunedConfigs, once: bool = False, label: str = "model plan"):
         self.device = device
+        self.once, self.label = once, label
         self.lookup = lookup
         self.out_names = out_names or [f"#{i}" for i in range(len(outs))]
         self._shapes = {name: tuple(t.shape) for name, t in inputs.items()}
         self.input_buffers = {name: backing_node(t.node).realized for name, t in inputs.items()}
         self.input_dtypes = {name: t.dtype.np for name, t in inputs.items()}
-        roots = [backing_node(v.node) or v.node for v in outs if isinstance(v, Tensor)]
+        roots = [backing_node(v.node) or v.node for v in outs if _is_value(v)]
         self.items = create_schedule(roots)
+        if not once:
+            self.items = self._fold_constants(self.items)
         self._outs = [(dtype, value, backing_node(value.node) or value.node
-                       if isinstance(value, Tensor) else None)
+                       if _is_value(value) else None)
                       for dtype, value in zip(out_dtypes, outs)]
         self.steps: list[Step] = []
         self._launch = None
         self._keep = {id(r) for r in roots}
+
+    def _fold_constants(self, items: list) -> list:
+        """Run now, once, every kernel that reads only constants (a Tensor program's weight
+        laid out for its convolution, which ONNX lays out on the host at import), and leave
+        out of the plan: a call runs only the kernels its inputs reach. The kernels after it
+        see its output as a constant, to pack ahead like any weight."""
+        fed = {id(b) for b in self.input_buffers.values()}
+        writes = Counter(id(item.out) for item in items)
+        known: set[int] = set()
+        kept = []
+        for item in items:
+            constant = writes[id(item.out)] == 1 and all(
+                id(node) in known or (writes[id(node)] == 0 and node.realized is not None
+                                      and id(node.realized) not in fed)
+                for node in item.inputs)
+            if not constant:
+                kept.append(item)
+                continue
+            choice = self.lookup.choose(item.kernel, self.device)
+            program = realize.get_program(item.kernel, self.device, choice.config)
+            spec = item.kernel.buffers[0]
+            out = self.device.alloc(spec.size, spec.dtype)
+            program([out] + [node.realized for node in item.inputs])
+            item.out.realized = out
+            known.add(id(item.out))
+        if known:
+            self.device.synchronize()
+        return kept
 
     def use_lookup(self, lookup: TunedConfigs) -> None:
         """Choose the configs with `lookup` from the next run on: the plan is prepared again
@@ -69,7 +109,7 @@ class Plan:
         """Choose configs, pack the constant operands a config packs (once, here), compile (in
         parallel), and give every kernel its buffers."""
         device, items = self.device, self.items
-        weights = self.constant_inputs()
+        weights = self.constant_inputs() if not self.once else [frozenset()] * len(items)
         choices = [self.lookup.choose(item.kernel, device, constants)
                    for item, constants in zip(items, weights)]
         panels = self._prepacked(choices, weights)
@@ -96,11 +136,12 @@ class Plan:
                                for j, node in enumerate(item.inputs)]
             steps.append(Step(program, buffers, item.kernel, choice))
             for node in item.inputs:  # buffers read for the last time go back to the pool
-                if id(node) in made and last_use[id(node)] == i and id(node) not in self._keep:
+                if not self.once and id(node) in made and last_use[id(node)] == i and \
+                        id(node) not in self._keep:
                     pool.give(node.realized)
         self.steps = steps
         self._launch = None  # bound on the first launch
-        kernel_run.print_schedule("model plan", [step.kernel for step in steps],
+        kernel_run.print_schedule(self.label, [step.kernel for step in steps],
                                   sum(step.choice.tuned for step in steps))
 
     def constant_inputs(self) -> list[frozenset[int]]:
@@ -162,6 +203,16 @@ class Plan:
                               if id(b) not in outputs}
         return self._launch
 
+    def execute(self) -> None:
+        """Run every kernel once on what the input buffers hold (timed and recorded with DEBUG=2
+        and up or GRAPH=1): a single realize."""
+        if len(self.steps) != len(self.items):
+            self._prepare()
+        if kernel_run.tracing():
+            self._traced_launch(new_call=False)
+        else:
+            self.launch()
+
     def run(self, arrays: dict[str, np.ndarray], trace: bool = True) -> list[np.ndarray]:
         """Copy the inputs in, run every kernel, copy the outputs out (in graph order). An input
         that no output is, C-contiguous and of its dtype, is read in place where the device's
@@ -201,8 +252,9 @@ class Plan:
             results.append(array.astype(dtype, copy=False))
         return results
 
-    def _traced_launch(self) -> None:
-        """Run every kernel timed, recording each (see `runtime.kernel_run`)."""
+    def _traced_launch(self, new_call: bool = True) -> None:
+        """Run every kernel timed, recording each (see `runtime.kernel_run`); new_call: a
+        model call, which starts the GRAPH drawing anew (a realize adds to it)."""
         labels = {buffer.serial: f"input '{name}' {_dims(self._shapes[name])}"
                   for name, buffer in self.input_buffers.items()}
         for name, (_, value, root) in zip(self.out_names, self._outs):
@@ -213,7 +265,8 @@ class Plan:
             for buffer in step.buffers[1:]:
                 if buffer.serial not in written:
                     labels.setdefault(buffer.serial, "constant")
-        kernel_run.begin_call(labels)
+        if new_call:
+            kernel_run.begin_call(labels)
         name = self.device.name
         for step in self.steps:
             seconds = step.program.timed(step.buffers)

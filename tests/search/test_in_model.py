@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from tests.search.kernels import add, matmul
-from tunesearch.cli import before_after
-from tunesearch.cli.before_after import Comparison
+from tunesearch.search import in_model as before_after
+from tunesearch.search.in_model import Comparison
 from tunesearch.db import DeviceRecord, KernelRecord, ResultRecord, Store
 from tunesearch.runtime.device import get_device
 from tunesearch.search.results import KernelResult
