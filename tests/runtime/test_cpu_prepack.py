@@ -10,7 +10,7 @@ from tests.catalogue import catalogue, random_inputs
 from tests.conformance import k_tiled_configs, output_error, sample_configs, tolerance
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.interpret import run_kernel
-from tunesearch.runtime.render.panels import pack_panel
+from tunesearch.codegen.panels import pack_panel
 from tunesearch.space.kernel_shape import packable
 from tunesearch.space.spaces import space_for
 

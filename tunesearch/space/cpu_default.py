@@ -54,10 +54,10 @@ def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             and uneven_share(blocks[order[0]], threads):
         # the outer blocks share out unevenly (17 column blocks on two threads: 9 and 8):
         # shared with the next loop's. Not where a panel is packed, which a collapsed loop
-        # fills whole ahead instead of block by block (render/c.py streamed_packs)
+        # fills whole ahead instead of block by block (codegen/c.py streamed_packs)
         parallel = 2
     if parallel > 1:
-        cblock = 1  # the panels are filled whole ahead (render/c.py streamed_packs)
+        cblock = 1  # the panels are filled whole ahead (codegen/c.py streamed_packs)
     while cblock > 1 and parallel and uneven_groups(blocks[order[0]], cblock, threads):
         cblock //= 2
     if cblock == 1 and group_tile:
@@ -181,7 +181,7 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                 pack = tuple(sorted(pack + (b_side,)))
             if b_side in pack and b_side not in constants and first == col and \
                     _rows_on_own_pages(views[b_side], reduce_axes, itemsize):
-                # its panel streamed block by block under the column loop (render/c.py),
+                # its panel streamed block by block under the column loop (codegen/c.py),
                 # filled several blocks at once, under a k tile where one block's panel of
                 # the whole reduce leaves no room for two
                 step = reduce_size // domain[n_out] * itemsize  # a step of the first axis
@@ -342,7 +342,7 @@ def _steps_on_own_pages(kernel: Kernel, target: Target, view, reduce_axes: list[
     does not stay in L1. Every row block reads the sliver again: in place, at a page
     and a TLB entry per step, which the prefetchers do not cross; packed, with the column
     blocks outermost, it is filled block by block just before its row blocks
-    (runtime/render/c.py, streamed panels): one read of the sliver, which the first row block
+    (codegen/c.py, streamed panels): one read of the sliver, which the first row block
     would make anyway, and a write into L2, after which every re-read is one contiguous
     stream. vgg19's 128x12544x1152 convolution: 1.66x. (Where the threads share the column
     loop with the next, fewer than four column blocks a thread, the panel is filled whole

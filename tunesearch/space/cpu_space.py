@@ -2,7 +2,7 @@
 unroll of the innermost reduce loop, a cache tile on the first reduce axis (ktile, 0 for none),
 the outer blocks whose streamed panels are filled at once (cblock, BLIS's column cache block), block
 loop order, packing of operands into panels, and the parallel loops with their thread count
-(shared over the CPU device's thread pool). Every knob changes the C that runtime/render/c.py
+(shared over the CPU device's thread pool). Every knob changes the C that codegen/c.py
 writes. The default's values come from the target model (cpu_default.py)."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The layout of a panel: an operand staged for a CPU kernel in a blocked scratch layout [blocks
 of the operand's output axes][reduce][lanes], zero past the edges. The space checks a panel's size
 against its limits; the C renderer and the CPU device's packing on the host fill panels in it
-(runtime/render/panels.py)."""
+(codegen/panels.py)."""
 from __future__ import annotations
 
 import math

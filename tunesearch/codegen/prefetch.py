@@ -1,6 +1,6 @@
 """Fetching a weight's next panel while the blocks still read the current one.
 
-A weight packed when the plan was built (prepacked, runtime/render/panels.py) is laid out one
+A weight packed when the plan was built (prepacked, codegen/panels.py) is laid out one
 panel per block of the outer block loop's axis (B's column blocks under the column loop). Every
 inner block (the row blocks) reads the whole current panel from L2, and the first of them brings
 it in from L3 or memory: that block waits on the weight's stream at memory speed while the

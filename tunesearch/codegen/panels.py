@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tunesearch.graph.kernel import Kernel
-from tunesearch.runtime.render.dialect import Dialect, index_expr
+from tunesearch.codegen.dialect import Dialect, index_expr
 from tunesearch.space.config import Config
 from tunesearch.space.panel_layout import PackInfo, varies
 

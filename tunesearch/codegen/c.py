@@ -18,14 +18,14 @@ from __future__ import annotations
 import math
 
 from tunesearch.graph.kernel import Kernel, KNode
-from tunesearch.runtime.render.block_calls import shifted_tails, tail_dispatch
-from tunesearch.runtime.render.c_support import HEADER, SCRATCH, VECTOR_MATH
-from tunesearch.runtime.render.parallel import (DECLARATION, outline_parallel_loops,
+from tunesearch.codegen.block_calls import shifted_tails, tail_dispatch
+from tunesearch.codegen.c_support import HEADER, SCRATCH, VECTOR_MATH
+from tunesearch.codegen.parallel import (DECLARATION, outline_parallel_loops,
                                                  shared_loop)
-from tunesearch.runtime.render.dialect import Dialect, ExprEmitter, index_expr
-from tunesearch.runtime.render.masked_loads import KEEP, masked_read
-from tunesearch.runtime.render.panels import pack_loop, padded_axes
-from tunesearch.runtime.render.prefetch import fetch_lines, next_panel_fetch
+from tunesearch.codegen.dialect import Dialect, ExprEmitter, index_expr
+from tunesearch.codegen.masked_loads import KEEP, masked_read
+from tunesearch.codegen.panels import pack_loop, padded_axes
+from tunesearch.codegen.prefetch import fetch_lines, next_panel_fetch
 from tunesearch.space.config import Config
 from tunesearch.space.kernel_shape import interior_ranges
 from tunesearch.space.panel_layout import PackInfo

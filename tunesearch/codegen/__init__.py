@@ -1,4 +1,4 @@
-"""Renderers: a kernel under a config, printed as the source its device compiles.
+"""Code generation: a kernel under a config, printed as the source its device compiles.
 
 The C family differs only in a few words (`dialect.py`); each device renders through one of:
 
