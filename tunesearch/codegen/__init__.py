@@ -2,8 +2,10 @@
 
 The C family differs only in a few words (`dialect.py`); each device renders through one of:
 
-    c.py             C loop nests for the CPU device (`render_c`), with the C every kernel
-                     includes (`c_support.py`) and the panels it packs operands into (`panels.py`)
+    c.py             C loop nests for the CPU device (`render_c`), written in stages: what
+                     they share (`c_kernel.py`), the block function (`c_block.py`), the entry
+                     point (`c_entry.py`), with the C every kernel includes (`c_support.py`) and
+                     the panels it packs operands into (`panels.py`)
     gpu.py           one OpenCL C or CUDA C kernel for a GPU device (`render_gpu`), spelled in the
                      device's dialect (`gpu_dialects.py`)
 

@@ -54,10 +54,10 @@ def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             and uneven_share(blocks[order[0]], threads):
         # the outer blocks share out unevenly (17 column blocks on two threads: 9 and 8):
         # shared with the next loop's. Not where a panel is packed, which a collapsed loop
-        # fills whole ahead instead of block by block (codegen/c.py streamed_packs)
+        # fills whole ahead instead of block by block (codegen/c_kernel.py streamed_packs)
         parallel = 2
     if parallel > 1:
-        cblock = 1  # the panels are filled whole ahead (codegen/c.py streamed_packs)
+        cblock = 1  # the panels are filled whole ahead (codegen/c_kernel.py streamed_packs)
     while cblock > 1 and parallel and uneven_groups(blocks[order[0]], cblock, threads):
         cblock //= 2
     if cblock == 1 and group_tile:
