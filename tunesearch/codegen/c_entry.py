@@ -108,7 +108,7 @@ def streamed_outer_loop(ck: CKernel, streamed_buffers: list[tuple[int, int, str,
     With a column cache block (cblock, BLIS's nc), `group` outer blocks' panels are filled at
     once, each reduce row read across all of them: where those rows lie a page or more apart,
     a fill of one block's few lines a row waits on a page walk and a new stream at every row
-    (see cpu_default.fill_group)."""
+    (see space/cpu_matmul.fill_group)."""
     outer, nblocks = ck.order[0], ck.nblocks
     nest = []
     if group > 1:
