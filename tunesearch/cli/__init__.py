@@ -24,7 +24,8 @@ from tunesearch import settings
 from tunesearch.cli.arguments import (
     ArgumentParser, add_db_argument, check_kept_database, count, integer, seconds, SEED_LIMIT,
 )
-from tunesearch.errors import UsageError, run_command
+from tunesearch.cli.exit_codes import run_command
+from tunesearch.errors import UsageError
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -371,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (0, 2 for an expected failure, 1 for a bug,
-    130 for Ctrl-C: see `tunesearch.errors.run_command`)."""
+    130 for Ctrl-C: see `tunesearch.cli.exit_codes.run_command`)."""
     args = build_parser().parse_args(argv)
 
     def command():

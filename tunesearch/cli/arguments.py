@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Callable, NoReturn
 
-from tunesearch.errors import EXIT_USER_ERROR, UsageError, one_line
+from tunesearch.cli.exit_codes import EXIT_USER_ERROR
+from tunesearch.errors import UsageError, one_line
 
 SEED_LIMIT = 2 ** 32  # Optuna's samplers seed numpy's RandomState, which takes 0 .. 2**32 - 1
 INT32_LIMIT = 2 ** 31
