@@ -13,7 +13,7 @@ from typing import Callable
 from tunesearch import settings
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import ScheduleItem
-from tunesearch.runtime import kernel_run
+from tunesearch.runtime import graphviz, kernel_run
 from tunesearch.runtime.device import Device, Program, Source, get_device
 from tunesearch.runtime.kernel_run import KernelRun
 from tunesearch.runtime.lookup import TunedConfigs
@@ -78,7 +78,7 @@ def run_schedule(items: list[ScheduleItem], lookup: TunedConfigs) -> None:
             program(buffers)
         item.out.realized = out
     if items:
-        kernel_run.save_graph()
+        graphviz.save_graph()
 
 
 def timed_run(fn: Callable[[], None]) -> float:
