@@ -121,3 +121,19 @@ def check_new_file(path: str | os.PathLike, flag: str) -> None:
         raise UsageError(f"{flag} {path} is a folder, not a file")
     if not folder.is_dir():
         raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
+
+
+def resolve_model(text: str) -> Path:
+    """A model path, or example:NAME for a model bundled with tunesearch."""
+    if text.startswith("example:"):
+        from tunesearch import examples
+        try:
+            return examples.path(text.split(":", 1)[1])
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from None
+    path = Path(text)
+    if not path.exists():
+        raise UsageError(f"model file not found: {text}")
+    if not path.is_file():
+        raise UsageError(f"model {text} is a folder, not an .onnx file")
+    return path

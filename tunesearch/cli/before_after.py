@@ -206,7 +206,7 @@ def keep_defaults(store, device, kernels: dict, results, constants: dict | None 
 def _child() -> int:
     """One process of `measure_in_processes`: the request on stdin, the Comparison as one line
     of JSON on stdout."""
-    from tunesearch.cli import resolve_model
+    from tunesearch.cli.arguments import resolve_model
     from tunesearch.onnx import load
     request = json.loads(sys.stdin.read())
     shapes = {k: tuple(v) for k, v in request["shapes"].items()}
