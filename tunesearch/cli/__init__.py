@@ -72,7 +72,7 @@ def _profile(model, inputs, repeat: int, db_url: str | None, use_db: bool):
 
 
 def cmd_tune(args) -> int:
-    from tunesearch.search import Budget, tune_kernels
+    from tunesearch.search import Budget, keep_defaults, tune_kernels
     from tunesearch.search.samplers import SAMPLERS
     from tunesearch.search.saving import check_writable
     # every argument is checked before any work, before a file is opened or created
@@ -114,9 +114,8 @@ def cmd_tune(args) -> int:
         return before_after.measure_in_processes(str(args.model), shapes, args.device,
                                                  args.repeat, store.url)
     compared = compare()
-    kept = before_after.keep_defaults(store, get_device(args.device),
-                                      {k.key: k for k in kernels},
-                                      before_after.losers(compared, report.results), constants)
+    kept = keep_defaults(store, get_device(args.device), {k.key: k for k in kernels},
+                         before_after.losers(compared, report.results), constants)
     if kept:  # the model again, with the defaults kept where the winners lost
         compared = compare()
     before_after.use_configs(model, store.url, use_db=True)

@@ -33,7 +33,7 @@ _EXPORTS = {
     "DEFAULT_SAMPLER": "samplers", "SAMPLERS": "samplers", "make_sampler": "samplers",
     "sampler_names": "samplers",
     "search_kernel": "study", "study_name": "study",
-    "tune_kernels": "tune", "unique_kernels": "tune",
+    "keep_defaults": "tune", "tune_kernels": "tune", "unique_kernels": "tune",
 }
 __all__ = sorted(_EXPORTS)
 
