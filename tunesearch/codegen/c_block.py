@@ -17,6 +17,7 @@ import math
 from tunesearch.codegen.c_kernel import CKernel
 from tunesearch.codegen.dialect import ExprEmitter, index_expr
 from tunesearch.codegen.masked_loads import masked_read
+from tunesearch.codegen.panels import panel_offset
 from tunesearch.codegen.prefetch import fetch_lines, next_panel_fetch
 from tunesearch.graph.kernel import KNode
 
@@ -59,7 +60,7 @@ class BlockReads:
         ck = self.ck
         index, view = node.arg
         if index in ck.packs:
-            return f"pk{index}[{ck.packs[index].offset(*ck.pack_index(index))}]"
+            return f"pk{index}[{panel_offset(ck.packs[index], *ck.pack_index(index))}]"
         if view.mask is not None:
             return masked_read(ck.d, view, f"data{index}", node.dtype, ck.axis_index, ck.holds,
                                ck.lane_axes)
@@ -233,7 +234,7 @@ class BlockFunction:
         body = [f"{pragma}for (int r{inner}b = {start}; r{inner}b < {stop}; "
                 f"r{inner}b += {step}) {{"]
         for i in ck.walked:  # the lanes of this step's first element, PREFETCH_AHEAD on
-            first_lanes = ck.packs[i].offset(*ck.pack_index(i, "0"))
+            first_lanes = panel_offset(ck.packs[i], *ck.pack_index(i, "0"))
             body.append(f"{{ const int r{inner} = r{inner}b; __builtin_prefetch((const char*)"
                         f"&pk{i}[{first_lanes}] + {PREFETCH_AHEAD}, 0, 2); }}")
         if piece == 0:
