@@ -10,5 +10,6 @@ The C family differs only in a few words (`dialect.py`); each device renders thr
                      device's dialect (`gpu_dialects.py`)
 
 Renderers read the knobs of a `Config` and the layouts the space defines (space/kernel_shape.py,
-space/panel_layout.py, space/gpu_space.py); nothing in space/ imports them.
+space/panel_layout.py, space/gpu_space.py): the space needs them for its validity rules and its
+defaults, so it owns them, and nothing in space/ imports code generation.
 """
