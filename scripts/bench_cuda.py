@@ -40,7 +40,7 @@ from tunesearch.runtime.cuda_nvrtc import compile_cubin, nvrtc_version  # noqa: 
 from tunesearch.runtime.device import (DeviceLost, DeviceUnavailable, Source,  # noqa: E402
                                        get_device)
 from tunesearch.runtime.interpret import run_kernel  # noqa: E402
-from tunesearch.runtime.render.gpu import render_gpu  # noqa: E402
+from tunesearch.codegen.gpu import render_gpu  # noqa: E402
 from tunesearch.space.config import Config  # noqa: E402
 from tunesearch.space.spaces import space_for  # noqa: E402
 

@@ -88,7 +88,7 @@ def sweep_configs(space, threads: int):
     target's register file (by its model), packing of none, the default's or all operands, no
     k tile or the model's, both block loop orders; split and blocks for reductions; the
     default's neighbours."""
-    from tunesearch.space import cpu_default, cpu_model
+    from tunesearch.space import cpu_matmul, cpu_model
     from tunesearch.space.kernel_shape import gemm_axes
     k = space.kernel
     base = space.default()
@@ -101,7 +101,7 @@ def sweep_configs(space, threads: int):
         row, col, _ = gemm
         blocks = cpu_model.blocks_that_fit(target, (4, 6, 8), range(1, 5))
         packs = {(), base.get("pack"), packable(k)}
-        ktiles = {0, cpu_default.model_ktile(k, target, base)}
+        ktiles = {0, cpu_matmul.model_ktile(k, target, base)}
         for (ur, uc), order_first, pack, ktile in itertools.product(
                 blocks, (row, col), packs, ktiles):
             upcast = list(base.get("upcast"))

@@ -95,8 +95,8 @@ def build_cpu_library(kernel: Kernel, configs: list[Config], folder: Path,
     many configs compile at -O0 (what is checked is the loop nest the lowering writes); a few
     compile at -O3 with vectorization, as the device does."""
     from tunesearch.runtime.cpu import compiler
-    from tunesearch.runtime.render.c import render_c
-    from tunesearch.runtime.render.c_support import HEADER
+    from tunesearch.codegen.c import render_c
+    from tunesearch.codegen.c_support import HEADER
     parts = [HEADER]
     for i, config in enumerate(configs):
         parts.append(render_c(kernel, config, f"v{i}", level_target(level).vector_bytes)

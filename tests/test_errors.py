@@ -8,9 +8,9 @@ import signal
 import pytest
 
 from tunesearch.db import DatabaseError
-from tunesearch.errors import (EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, InputError, SettingError,
-                               ShapeError, UsageError, UserError, ctrl_c_pressed,
-                               noticing_ctrl_c, run_command)
+from tunesearch.cli.exit_codes import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, run_command
+from tunesearch.errors import (InputError, SettingError, ShapeError, UsageError, UserError,
+                               ctrl_c_pressed, noticing_ctrl_c)
 from tunesearch.onnx import OnnxImportError
 from tunesearch.runtime.device import CompileError, DeviceUnavailable
 from tunesearch.search import TuneError

@@ -2,12 +2,12 @@
 
 Every expected failure derives from `UserError`; its message is one line that names the input and
 says what is wrong. The command line turns a `UserError` into that line on stderr and exit code 2,
-in one place (`run_command`, through which `tunesearch.cli.main` runs every command); any other
-exception is a bug in tunesearch and ends with exit code 1 and a line saying so (the traceback
-with DEBUG=1).
+in one place (`tunesearch.cli.exit_codes.run_command`, through which `tunesearch.cli.main` runs
+every command); any other exception is a bug in tunesearch and ends with exit code 1 and a line
+saying so (the traceback with DEBUG=1).
 
-This module imports nothing from tunesearch when it is imported, so every layer (the database
-layer included, which otherwise imports nothing else of tunesearch) may derive its errors from it.
+This module imports nothing from tunesearch, so every layer (the database layer included, which
+otherwise imports nothing else of tunesearch) may derive its errors from it.
 
     from tunesearch.errors import UserError
     try:
@@ -18,11 +18,9 @@ layer included, which otherwise imports nothing else of tunesearch) may derive i
 from __future__ import annotations
 
 import signal
-import sys
 import threading
-import traceback
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Iterator
 
 
 def one_line(text: object) -> str:
@@ -50,11 +48,6 @@ class ShapeError(UserError, ValueError):
 
 class InputError(UserError, ValueError):
     """Data handed to a model that does not fit it: missing names, wrong shapes or dtypes."""
-
-
-EXIT_USER_ERROR = 2
-EXIT_INTERNAL_ERROR = 1
-EXIT_INTERRUPTED = 130
 
 
 _ctrl_c = threading.Event()
@@ -89,49 +82,3 @@ def noticing_ctrl_c() -> Iterator[None]:
         _ctrl_c.clear()
         if install:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def run_command(command: Callable[[], int | None], prog: str = "tunesearch") -> int:
-    """Run one command of the command line and return its exit code; the one place where
-    failures become exit codes. A `UserError` is its one line on stderr and exit 2; Ctrl-C is
-    130, also where the command finished because its KeyboardInterrupt was dropped (see
-    `ctrl_c_pressed`), or failed after Ctrl-C because of it (a database commit it cut short,
-    which Optuna reports as its own error); anything else is a bug: exit 1 and one line that
-    says so (DEBUG=1 adds the traceback)."""
-    try:
-        with noticing_ctrl_c():
-            try:
-                code = command() or 0
-            except UserError:
-                raise
-            except Exception:
-                if ctrl_c_pressed():
-                    raise KeyboardInterrupt from None
-                raise
-            if code == 0 and ctrl_c_pressed():
-                raise KeyboardInterrupt
-            return code
-    except UserError as err:
-        print(f"{prog}: error: {one_line(err) or type(err).__name__}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; results already stored are kept", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as err:  # noqa: BLE001  (every other exception is a bug: say so)
-        if _debug_level() >= 1:
-            traceback.print_exc()
-        detail = one_line(err)
-        detail = detail if len(detail) <= 300 else detail[:297] + "..."
-        print(f"{prog}: internal error (a bug in tunesearch): {type(err).__name__}"
-              f"{': ' + detail if detail else ''}"
-              f"{'' if _debug_level() >= 1 else '; DEBUG=1 shows the traceback'}",
-              file=sys.stderr)
-        return EXIT_INTERNAL_ERROR
-
-
-def _debug_level() -> int:
-    from tunesearch import settings  # settings derive their errors from this module
-    try:
-        return settings.debug()
-    except UserError:
-        return 0

@@ -227,7 +227,7 @@ def test_a_weight_that_every_output_row_reads_is_packed_by_the_plan():
     target = get_device("cpu").info().target
     assert step.choice.config == space_for(step.kernel, target, constants).default()
     # a block of a whole output row: the rows of the map still read the sliver again
-    from tunesearch.space.cpu_default import _weight_read_again
+    from tunesearch.space.cpu_matmul import _weight_read_again
     kernel = step.kernel
     row_block = [1, 1, 1, width, 16] + [1] * kernel.n_reduce
     assert _weight_read_again(kernel, weight, row_block, constants)

@@ -16,7 +16,7 @@ from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 from tunesearch.runtime.cpu import compiler
 from tunesearch.runtime.device import get_device
-from tunesearch.runtime.render.c import NO_LIBCALLS, UNROLL_LANES
+from tunesearch.codegen.c import NO_LIBCALLS, UNROLL_LANES
 
 DEVICE = get_device("cpu")
 

@@ -1,6 +1,6 @@
 """A weight's panel packed when the plan was built, one panel per block of the outer (column)
 loop: each row block fetches its share of the next panel while it reads the current one
-(runtime/render/prefetch.py). The kernel is compiled with every fetch recorded instead of issued,
+(codegen/prefetch.py). The kernel is compiled with every fetch recorded instead of issued,
 and run: the fetches together cover every panel after the first (of every k tile after the first
 with a k tile), stay on the panel, and the result still matches numpy."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from tests.runtime.cpu_items import DEVICE, cpu_config
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
-from tunesearch.runtime.render.c import render_c
+from tunesearch.codegen.c import render_c
 
 RECORD = """#include <stdint.h>
 static uintptr_t ts_fetched[1 << 22];

@@ -14,7 +14,8 @@ import pytest
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 from tunesearch.runtime.device import get_device
-from tunesearch.runtime.render.c import PREFETCH_AHEAD, render_c
+from tunesearch.codegen.c import render_c
+from tunesearch.codegen.c_block import PREFETCH_AHEAD
 from tunesearch.space.spaces import space_for
 
 DEVICE = get_device("cpu")

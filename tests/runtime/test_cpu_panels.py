@@ -32,7 +32,7 @@ def _matmul():
 
 def _entry(text: str) -> str:
     """The source after the block functions: the entry point, and before it the functions of
-    its loops shared over the thread pool (render/parallel.py), where there are any."""
+    its loops shared over the thread pool (codegen/parallel.py), where there are any."""
     shared = text.find("\nstruct ")
     return text[shared if shared >= 0 else text.rindex("\nvoid "):]
 

@@ -10,7 +10,7 @@ from tests.catalogue import catalogue, random_inputs
 from tests.conformance import k_tiled_configs, output_error, sample_configs, tolerance
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.interpret import run_kernel
-from tunesearch.runtime.render.panels import pack_panel
+from tunesearch.codegen.panels import pack_panel
 from tunesearch.space.kernel_shape import packable
 from tunesearch.space.spaces import space_for
 
@@ -79,7 +79,7 @@ def test_a_plan_packs_its_weights_once():
 
 def test_a_plan_chooses_each_default_knowing_its_weights():
     """The plan's defaults are those of spaces that know which inputs are weights (a row
-    side's copy costs nothing per call there: space/cpu_default._row_copy_pays)."""
+    side's copy costs nothing per call there: space/cpu_matmul._row_copy_pays)."""
     import tunesearch.onnx as tox
     from tunesearch.examples import blocks
     model = tox.load(blocks.model("odd_mlp"), device="cpu")

@@ -1,4 +1,4 @@
-"""The CPU kernels' own sqrt, exp2 and log2 (runtime/render/c_support.VECTOR_MATH, inline so that
+"""The CPU kernels' own sqrt, exp2 and log2 (codegen/c_support.VECTOR_MATH, inline so that
 they vectorize) against numpy: sqrt exact, exp2 within 1 ulp and log2 within 3 of float64, over
 the whole float range, with libm's special values, and vectorized where the kernel's lane loop
 is."""

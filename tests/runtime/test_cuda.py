@@ -16,8 +16,8 @@ from tunesearch.runtime.cuda_driver import open_driver
 from tunesearch.runtime.cuda_nvrtc import compile_cubin, compile_ptx, nvrtc_version
 from tunesearch.runtime.device import CompileError, DeviceUnavailable, Source
 from tunesearch.runtime.interpret import run_kernel
-from tunesearch.runtime.render.gpu import render_gpu
-from tunesearch.runtime.render.gpu_dialects import CUDADialect
+from tunesearch.codegen.gpu import render_gpu
+from tunesearch.codegen.gpu_dialects import CUDADialect
 from tunesearch.space.spaces import space_for
 from tunesearch.space.target import Target
 

@@ -22,7 +22,7 @@ from tunesearch.graph.dtypes import dtypes  # noqa: E402
 from tunesearch.graph.schedule import create_schedule  # noqa: E402
 from tunesearch.runtime.device import CompileError, DeviceUnavailable, Source, get_device  # noqa
 from tunesearch.runtime.interpret import run_kernel  # noqa: E402
-from tunesearch.runtime.render.gpu import render_gpu  # noqa: E402
+from tunesearch.codegen.gpu import render_gpu  # noqa: E402
 from tunesearch.space.config import Config  # noqa: E402
 from tunesearch.space.spaces import space_for  # noqa: E402
 

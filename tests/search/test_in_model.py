@@ -10,6 +10,7 @@ from tunesearch.search.in_model import Comparison
 from tunesearch.db import DeviceRecord, KernelRecord, ResultRecord, Store
 from tunesearch.runtime.device import get_device
 from tunesearch.search.results import KernelResult
+from tunesearch.search.tune import keep_defaults
 from tunesearch.space.config import SPACE_VERSION
 from tunesearch.space.spaces import space_for
 
@@ -44,7 +45,7 @@ def test_a_winner_that_loses_in_the_model_gives_way_to_the_default(tmp_path):
             loser_kernel.key: 1.3e-4, winner_kernel.key: 1.02e-4})
         lost = before_after.losers(comparison, results)
         assert [r.kernel_key for r in lost] == [loser_kernel.key]
-        kept = before_after.keep_defaults(store, device, {loser_kernel.key: loser_kernel}, lost)
+        kept = keep_defaults(store, device, {loser_kernel.key: loser_kernel}, lost)
         assert kept == [loser_kernel.key]
         key = device.info().key
         stored = store.lookup(loser_kernel.key, key)

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from tests.catalogue import catalogue
-from tunesearch.space import cpu_default, cpu_model
+from tunesearch.space import cpu_default, cpu_matmul, cpu_model
 from tunesearch.space.kernel_shape import gemm_axes
 from tunesearch.space.spaces import space_for
 from tunesearch.space.target import Cache, Target
@@ -117,7 +117,7 @@ def test_k_tile_keeps_both_slivers_in_l1():
     512 they would take 3 + 8; the same whichever sliver the block order keeps (a 6-row
     sliver alone in one way, kc = 128, ran 64x4096x4096 at 0.65x OpenBLAS on one thread
     where 256 ran it at 0.85x)."""
-    from tunesearch.space import cpu_default
+    from tunesearch.space import cpu_matmul
     from tunesearch.space.config import Config
     target = LEVELS["avx2"]
     assert cpu_model.k_tile(target, cpu_model.RegisterBlock(6, 2, 8)) == 256
@@ -125,7 +125,7 @@ def test_k_tile_keeps_both_slivers_in_l1():
     row, col, _ = gemm_axes(kernel)
     for order in ((row, col), (col, row)):
         config = Config.make(upcast=(6, 16), order=order)
-        assert cpu_default.model_ktile(kernel, target, config) == 256
+        assert cpu_matmul.model_ktile(kernel, target, config) == 256
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -233,7 +233,7 @@ def test_a_row_side_packed_on_every_call_needs_enough_column_blocks_to_read_it()
     import numpy as np
     from tunesearch import Tensor
     target = dataclasses.replace(LEVELS["avx512"], threads=1, l2=Cache(2 << 20, 16, 64, 1))
-    assert cpu_default.PER_CALL_PACK_READS == 8
+    assert cpu_matmul.PER_CALL_PACK_READS == 8
 
     def packs(kernel, constants=frozenset()):
         row, col, b_side = gemm_axes(kernel)
@@ -582,17 +582,17 @@ def test_a_streamed_panel_whose_steps_lie_pages_apart_is_filled_several_blocks_a
     # group. At a 1024 tile A's rows are 256 KiB and a block's panel 96 KiB: four blocks
     # (twice 384 KiB beside 256 KiB in 1 MiB), not eight
     assert (config.get("ktile"), config.get("cblock")) == (1024, 4), config
-    assert cpu_default.fill_group(target, 1024 * 24 * 4, 64 * 1024 * 4) == 4
-    assert cpu_default.fill_group(target, 4096 * 24 * 4, 64 * 4096 * 4) == 1
+    assert cpu_matmul.fill_group(target, 1024 * 24 * 4, 64 * 1024 * 4) == 4
+    assert cpu_matmul.fill_group(target, 4096 * 24 * 4, 64 * 4096 * 4) == 1
     # rows that leave L2 anyway (matmul 1024's 4 MiB of A) stream past: not counted
-    assert cpu_default.fill_group(target, 1024 * 24 * 4, 1024 * 1024 * 4) == 4
+    assert cpu_matmul.fill_group(target, 1024 * 24 * 4, 1024 * 1024 * 4) == 4
     # AVX-512's 48 columns: twice the panel, half the blocks
     assert default(64, 4096, 4096, "avx512", xeon)[2].get("cblock") == 2
     # a Zen 3's 512 KiB L2: the slivers of the whole reduce leave it, so the model's k tile
     # (256 for 4x24 in a 32 KiB 8-way L1) and as many blocks of it as fit
     _, zen, config = default(64, 4096, 4096, "avx2", zen3)
     assert (config.get("ktile"), config.get("cblock")) == (256, 4), config
-    assert cpu_default.fill_group(zen, 256 * 24 * 4, 64 * 256 * 4) == 4
+    assert cpu_matmul.fill_group(zen, 256 * 24 * 4, 64 * 256 * 4) == 4
     # SSE4's 12 columns: the same 1024 tile, blocks half the size, twice as many fit
     assert default(64, 4096, 4096, "sse4", xeon)[2].get("cblock") == 8
     # two threads share the groups: 171 blocks in groups of 4 are 43 groups, 22 and 21
@@ -665,7 +665,7 @@ def test_a_sliver_half_a_page_a_step_is_packed_where_many_row_blocks_read_it():
     64 (8 row blocks) the copy is not read often enough and the sliver is read in place."""
     target = dataclasses.replace(LEVELS["avx512"], threads=1, l1d=Cache(48 << 10, 12),
                                  l2=Cache(2 << 20, 16))  # the Xeon's
-    assert cpu_default.HALF_PAGE_PACK_READS == 16
+    assert cpu_matmul.HALF_PAGE_PACK_READS == 16
 
     def packed(m, k, n):
         kernel = _matmul(m, k, n)

@@ -128,7 +128,7 @@ def test_points_within_the_caps_are_taken_as_they_are():
 def test_a_stored_config_without_ktile_means_no_tile():
     """ktile came after the first stored configs: one without it is valid and renders the same
     code as ktile=0, so nothing tuned before has to be tuned again."""
-    from tunesearch.runtime.render.c import render_c
+    from tunesearch.codegen.c import render_c
     kernel = _kernel("matmul_prime")
     space = space_for(kernel, TARGET)
     config = space.default()
@@ -142,7 +142,7 @@ def test_a_config_without_cblock_fills_one_block_at_a_time():
     """cblock came after ktile: a config holds it only where it is more than 1, so a stored
     config without it is valid and renders the code of cblock=1; a cblock is refused where
     the kernel has no column side to pack, or out of range."""
-    from tunesearch.runtime.render.c import render_c
+    from tunesearch.codegen.c import render_c
     kernel = _kernel("matmul_prime")
     space = space_for(kernel, TARGET)
     config = space.default().replace(cblock=4)
@@ -163,7 +163,7 @@ def test_a_config_without_cblock_fills_one_block_at_a_time():
 def test_padded_axes_are_those_whose_reads_all_come_from_panels():
     """A tail block computes the whole register block only along axes where every load of the
     reduce comes from a zero-padded panel: elsewhere it would read past the operand's end."""
-    from tunesearch.runtime.render.panels import padded_axes
+    from tunesearch.codegen.panels import padded_axes
     kernel = _kernel("matmul_prime")          # out[i, j] = sum_k a[i, k] * b[k, j]
     assert padded_axes(kernel, {}) == set()
     assert padded_axes(kernel, {2: None}) == {1}

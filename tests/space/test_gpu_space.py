@@ -12,8 +12,8 @@ from tests.catalogue import catalogue
 from tests.conformance import sample_configs
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
-from tunesearch.runtime.render.gpu import render_gpu
-from tunesearch.runtime.render.gpu_dialects import CUDADialect, OpenCLDialect
+from tunesearch.codegen.gpu import render_gpu
+from tunesearch.codegen.gpu_dialects import CUDADialect, OpenCLDialect
 from tunesearch.space.config import Config
 from tunesearch.space.gpu_space import GPUSpace, local_bytes, stageable
 from tunesearch.space.spaces import space_for

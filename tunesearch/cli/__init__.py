@@ -22,9 +22,11 @@ import numpy as np
 
 from tunesearch import settings
 from tunesearch.cli.arguments import (
-    ArgumentParser, add_db_argument, check_kept_database, count, integer, seconds, SEED_LIMIT,
+    ArgumentParser, add_db_argument, check_kept_database, count, integer, resolve_model, seconds,
+    SEED_LIMIT,
 )
-from tunesearch.errors import UsageError, run_command
+from tunesearch.cli.exit_codes import run_command
+from tunesearch.errors import UsageError
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -42,22 +44,6 @@ def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
         raise argparse.ArgumentTypeError(f"--input-shape {text}: a dimension is a size, never "
                                          "negative")
     return name, shape
-
-
-def resolve_model(text: str) -> Path:
-    """A model path, or example:NAME for a model bundled with tunesearch."""
-    if text.startswith("example:"):
-        from tunesearch import examples
-        try:
-            return examples.path(text.split(":", 1)[1])
-        except FileNotFoundError as exc:
-            raise UsageError(str(exc)) from None
-    path = Path(text)
-    if not path.exists():
-        raise UsageError(f"model file not found: {text}")
-    if not path.is_file():
-        raise UsageError(f"model {text} is a folder, not an .onnx file")
-    return path
 
 
 def _load_model(args):
@@ -338,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (0, 2 for an expected failure, 1 for a bug,
-    130 for Ctrl-C: see `tunesearch.errors.run_command`)."""
+    130 for Ctrl-C: see `tunesearch.cli.exit_codes.run_command`)."""
     args = build_parser().parse_args(argv)
 
     def command():

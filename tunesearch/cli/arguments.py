@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Callable, NoReturn
 
-from tunesearch.errors import EXIT_USER_ERROR, UsageError, one_line
+from tunesearch.cli.exit_codes import EXIT_USER_ERROR
+from tunesearch.errors import UsageError, one_line
 
 SEED_LIMIT = 2 ** 32  # Optuna's samplers seed numpy's RandomState, which takes 0 .. 2**32 - 1
 INT32_LIMIT = 2 ** 31
@@ -120,3 +121,19 @@ def check_new_file(path: str | os.PathLike, flag: str) -> None:
         raise UsageError(f"{flag} {path} is a folder, not a file")
     if not folder.is_dir():
         raise UsageError(f"{flag} {path}: the folder {folder} does not exist")
+
+
+def resolve_model(text: str) -> Path:
+    """A model path, or example:NAME for a model bundled with tunesearch."""
+    if text.startswith("example:"):
+        from tunesearch import examples
+        try:
+            return examples.path(text.split(":", 1)[1])
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from None
+    path = Path(text)
+    if not path.exists():
+        raise UsageError(f"model file not found: {text}")
+    if not path.is_file():
+        raise UsageError(f"model {text} is a folder, not an .onnx file")
+    return path

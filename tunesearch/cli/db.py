@@ -27,7 +27,7 @@ from rich.text import Text
 
 from tunesearch.cli.arguments import MAX_DAYS, ArgumentParser, add_db_argument, integer, number
 from tunesearch.db import DatabaseError, ResultRecord, Store, head_revision
-from tunesearch.errors import run_command
+from tunesearch.cli.exit_codes import run_command
 
 
 def _short(key: str, width: int = 16) -> str:
@@ -207,7 +207,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     """Add the `db` command group to an argparse subparsers object; returns its parser.
 
     Each subcommand sets `args.func`, which runs it and returns 0; its failures are raised
-    (`DatabaseError`), for the caller to report (`tunesearch.errors.run_command`).
+    (`DatabaseError`), for the caller to report (`tunesearch.cli.exit_codes.run_command`).
     """
     db_parser = subparsers.add_parser("db", help="look into, share and maintain the result "
                                       "database", description=__doc__.split("\n\n")[0])

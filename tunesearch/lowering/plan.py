@@ -22,7 +22,7 @@ import numpy as np
 
 from tunesearch.graph.kernel import Kernel
 from tunesearch.graph.schedule import create_schedule, backing_node
-from tunesearch.runtime import kernel_run, realize
+from tunesearch.runtime import graphviz, kernel_run, realize
 from tunesearch.runtime.device import Buffer, Device, Program
 from tunesearch.runtime.kernel_run import KernelRun
 from tunesearch.runtime.lookup import Choice, TunedConfigs
@@ -273,7 +273,7 @@ class Plan:
             kernel_run.record(KernelRun.of(step.kernel, name, seconds, step.choice.config,
                                            step.choice.tuned, step.buffers))
         self.device.synchronize()
-        kernel_run.save_graph()
+        graphviz.save_graph()
 
 
 class BufferPool:

@@ -28,8 +28,8 @@ from tunesearch.runtime import host_cpu
 from tunesearch.runtime.cpu_pool import POOL_SOURCE
 from tunesearch.runtime.device import (Buffer, CompileError, Device, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
-from tunesearch.runtime.render.c import render_c
-from tunesearch.runtime.render.panels import pack_panel, prepack_layouts
+from tunesearch.codegen.c import render_c
+from tunesearch.codegen.panels import pack_panel, prepack_layouts
 from tunesearch.space.config import Config
 from tunesearch.space.target import Target
 

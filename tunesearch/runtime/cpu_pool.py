@@ -233,6 +233,3 @@ double ts_fork_join(int threads, int rounds) {
   return total / rounds;
 }
 """
-
-# what a kernel that shares a loop declares: the pool's entry point
-DECLARATION = "void ts_parallel(long n, int threads, void (*body)(void*, long, long), void* ctx);\n"

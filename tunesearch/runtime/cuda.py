@@ -25,7 +25,7 @@ from tunesearch.runtime.cuda_nvrtc import cached_cubin, nvrtc_version
 from tunesearch.runtime.device import (Buffer, CompileError, DeviceInfo, DeviceLost,
                                        DeviceUnavailable, Program, Source)
 from tunesearch.runtime.gpu import GPUDevice
-from tunesearch.runtime.render.gpu_dialects import CUDADialect
+from tunesearch.codegen.gpu_dialects import CUDADialect
 from tunesearch.space.target import Target
 
 ARTIFACT_KINDS = (b"cubin\n", b"ptx\n")

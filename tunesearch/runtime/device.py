@@ -1,6 +1,6 @@
 """The device interface: render, compile, allocate, copy, launch, time. Devices register by name.
 
-Adding a device is one file here that subclasses Device (rendering through runtime/render/) and
+Adding a device is one file here that subclasses Device (rendering through codegen/) and
 one entry in DEVICES: where its class lives, its space family and one line that says what it is.
 Drivers are imported when the device is first used; a missing one raises DeviceUnavailable with an
 install hint.

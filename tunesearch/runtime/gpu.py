@@ -9,8 +9,8 @@ import numpy as np
 
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Buffer, Device, Source
-from tunesearch.runtime.render.gpu import render_gpu
-from tunesearch.runtime.render.gpu_dialects import GPUDialect
+from tunesearch.codegen.gpu import render_gpu
+from tunesearch.codegen.gpu_dialects import GPUDialect
 from tunesearch.space.config import Config
 
 

@@ -1,5 +1,6 @@
-"""GRAPH=1: a Graphviz drawing of the kernels that really ran, and an SVG and a PNG where `dot`
-exists.
+"""GRAPH=1: a Graphviz drawing of the kernels that really ran (kept by kernel_run.py), and an
+SVG and a PNG where `dot` exists. The .dot file is rewritten after every schedule or model call
+(`save_graph`); it is rendered once, when the process exits.
 
 Kernels are boxes numbered in the order they ran, top to bottom, each labelled with its time
 and whether it ran with a tuned config (green) or the default (grey). An edge is a buffer that
@@ -8,15 +9,20 @@ buffer that came from the host (an input, a weight) is an ellipse, and so is a n
 """
 from __future__ import annotations
 
+import atexit
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Sequence
 
+from tunesearch import settings
 from tunesearch.errors import SettingError
+from tunesearch.runtime import kernel_run
 from tunesearch.runtime.kernel_run import KernelRun
 
 TUNED_COLOR, DEFAULT_COLOR, HOST_COLOR = "#b7e4c7", "#e9ecef", "#fff3bf"
+_saved: list[str] = []  # the .dot file written last, rendered at exit
 
 
 def _quote(text: str) -> str:
@@ -114,3 +120,26 @@ def render(path: str | Path) -> str:
             reason = (done.stderr.strip().splitlines() or ["no message"])[0]
             return f"GRAPH=1: wrote {path}; dot could not render it: {reason}"
     return f"GRAPH=1: wrote {path}, {svg} and {png}"
+
+
+def save_graph() -> str | None:
+    """Write the .dot file of the kernels drawn so far (GRAPH=1); returns its path. The picture
+    is rendered when the process exits (`render_graph`)."""
+    runs, buffer_labels = kernel_run.drawn()
+    if not settings.graph() or not runs:
+        return None
+    path = settings.graph_path()
+    write_dot(runs, path, buffer_labels)
+    if not _saved:
+        atexit.register(render_graph)
+    _saved[:] = [str(path)]
+    return str(path)
+
+
+def render_graph() -> None:
+    """Render the last .dot written to SVG and PNG, and say in one line where they are."""
+    if _saved:
+        try:
+            print(render(_saved[0]), file=sys.stderr)
+        except (OSError, subprocess.SubprocessError) as exc:  # at exit: one line, no traceback
+            print(f"GRAPH=1: wrote {_saved[0]}; rendering it failed: {exc}", file=sys.stderr)

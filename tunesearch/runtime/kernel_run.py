@@ -4,13 +4,10 @@ kernels (a Tensor program's schedule and a model's replayed plan).
 Both paths build a `KernelRun` and hand it to `record`, which prints the DEBUG=2 line (and the
 DEBUG=3 config) and, with GRAPH=1, keeps it for the drawing. A Tensor program's kernels add up
 over the process; a model call starts the drawing anew (`begin_call`), so the picture shows one
-call of the model. The .dot file is rewritten after every schedule or call; it is rendered with
-Graphviz once, when the process exits.
+call of the model. graphviz.py draws what is kept.
 """
 from __future__ import annotations
 
-import atexit
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Sequence
@@ -60,7 +57,6 @@ class KernelRun:
 # GRAPH=1: the kernels drawn, and labels of the buffers a model call reads and returns
 _drawn: list[KernelRun] = []
 _buffer_labels: dict[int, str] = {}
-_saved: list[str] = []  # the .dot file written last, rendered at exit
 
 
 def tracing() -> bool:
@@ -97,25 +93,7 @@ def record(run: KernelRun) -> None:
         _drawn.append(run)
 
 
-def save_graph() -> str | None:
-    """Write the .dot file of the kernels drawn so far (GRAPH=1); returns its path. The picture
-    is rendered when the process exits (`render_graph`)."""
-    if not settings.graph() or not _drawn:
-        return None
-    from tunesearch.runtime.graphviz import write_dot
-    path = settings.graph_path()
-    write_dot(_drawn, path, _buffer_labels)
-    if not _saved:
-        atexit.register(render_graph)
-    _saved[:] = [str(path)]
-    return str(path)
-
-
-def render_graph() -> None:
-    """Render the last .dot written to SVG and PNG, and say in one line where they are."""
-    if _saved:
-        from tunesearch.runtime.graphviz import render
-        try:
-            print(render(_saved[0]), file=sys.stderr)
-        except (OSError, subprocess.SubprocessError) as exc:  # at exit: one line, no traceback
-            print(f"GRAPH=1: wrote {_saved[0]}; rendering it failed: {exc}", file=sys.stderr)
+def drawn() -> tuple[list[KernelRun], dict[int, str]]:
+    """The kernels kept for GRAPH=1 since the drawing last restarted, and the labels of the
+    buffers a model call reads and returns (by serial number)."""
+    return list(_drawn), dict(_buffer_labels)

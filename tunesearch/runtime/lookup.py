@@ -3,7 +3,7 @@
 A `TunedConfigs` holds the database it reads, the choices made so far (each kernel is looked up
 once per device, then answered from memory) and, optionally, a miss policy: what to do when a
 kernel has no record and TUNESEARCH_TUNE=N asks for tuning (`settings.tune_on_miss`). The front
-ends make lookups and pass them down (`realize.run_schedule`, `Tensor.numpy(lookup=...)`,
+ends make lookups and pass them down (`lowering.plan.Plan`, `Tensor.numpy(lookup=...)`,
 `tunesearch.onnx.load(..., lookup=...)`); the runtime never makes one of its own.
 
     >>> configs = TunedConfigs("sqlite:///results.db")   # opened on the first lookup

@@ -24,7 +24,7 @@ from tunesearch.graph.dtypes import DType
 from tunesearch.runtime.device import (Buffer, CompileError, DeviceInfo, DeviceUnavailable,
                                        Program, Source)
 from tunesearch.runtime.gpu import GPUDevice
-from tunesearch.runtime.render.gpu_dialects import OpenCLDialect
+from tunesearch.codegen.gpu_dialects import OpenCLDialect
 from tunesearch.space.target import Target
 
 INSTALL_HINT = 'pip install "tunesearch[opencl]" (pyopencl, and PoCL to run on the CPU)'

@@ -34,7 +34,7 @@ _EXPORTS = {
     "DEFAULT_SAMPLER": "samplers", "SAMPLERS": "samplers", "make_sampler": "samplers",
     "sampler_names": "samplers",
     "search_kernel": "study", "study_name": "study",
-    "tune_kernels": "tune", "unique_kernels": "tune",
+    "keep_defaults": "tune", "tune_kernels": "tune", "unique_kernels": "tune",
     "ModelTuning": "model_tuning", "tune_model": "model_tuning",
 }
 __all__ = sorted(_EXPORTS)

@@ -15,9 +15,9 @@ reported with the figures.
 
 A winner is chosen on the kernel alone. Inside the model its neighbours, the cache state and the
 threads can make it slower than the default was there: such a winner is not applied. The
-default takes its place in the database (the kernel keeps the config that ran faster in its
-model) and the comparison lists it. Judged on the median process, a winner that was faster in one
-lucky process only loses.
+default takes its place in the database (search.tune.keep_defaults: the kernel keeps the config
+that ran faster in its model) and the comparison lists it. Judged on the median process, a
+winner that was faster in one lucky process only loses.
 """
 from __future__ import annotations
 
@@ -174,36 +174,6 @@ def losers(comparison: Comparison, results) -> list:
         if before and after and after > before * (1 + margin):
             out.append(r)
     return out
-
-
-def keep_defaults(store, device, kernels: dict, results, constants: dict | None = None
-                  ) -> list[str]:
-    """Put each result's default config in the database in place of its winner; returns the
-    keys done. `kernels` maps keys to Kernel objects, `constants` keys to the input buffers
-    that hold weights (Model.constant_inputs)."""
-    from tunesearch.db import DeviceRecord, ResultRecord
-    from tunesearch.search.tune import kernel_record
-    from tunesearch.space.spaces import space_for
-    info = device.info()
-    done = []
-    for r in results:
-        kernel = kernels.get(r.kernel_key)
-        if kernel is None or not r.default_time_s:
-            continue
-        default = space_for(kernel, info.target,
-                            (constants or {}).get(r.kernel_key, frozenset())).default()
-        if r.config == default:
-            continue
-        t = r.default_time_s
-        record = ResultRecord(
-            config=json.loads(default.to_json()), time_s=t, spread=0.0,
-            gflops=kernel.flops / t / 1e9, gbps=kernel.bytes / t / 1e9, default_time_s=t,
-            speedup=1.0, trials=r.trials, sampler=f"{r.sampler}; default kept in the model")
-        store.record(kernel_record(kernel),
-                     DeviceRecord(info.key, info.backend, info.name, info.as_dict()), record,
-                     supersede=True)
-        done.append(kernel.key)
-    return done
 
 
 def _child() -> int:

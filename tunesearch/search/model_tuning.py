@@ -17,7 +17,7 @@ from tunesearch.search import in_model
 from tunesearch.search.results import Budget, TuneReport
 from tunesearch.search.samplers import DEFAULT_SAMPLER
 from tunesearch.search.supervise import run_workers
-from tunesearch.search.tune import tune_kernels
+from tunesearch.search.tune import keep_defaults, tune_kernels
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ def tune_model(model, device: str, budget: Budget = Budget(), *, store, inputs=N
             return in_model.measure_in_processes(recipe, repeat, store.url, processes)
         return in_model.measure(model, inputs, repeat, store.url)
     compared = compare()
-    kept = in_model.keep_defaults(store, get_device(device), {k.key: k for k in kernels},
-                                  in_model.losers(compared, report.results), constants)
+    kept = keep_defaults(store, get_device(device), {k.key: k for k in kernels},
+                         in_model.losers(compared, report.results), constants)
     if kept:  # the model again, with the defaults kept where the winners lost
         compared = compare()
     in_model.use_configs(model, store.url, use_db=True)

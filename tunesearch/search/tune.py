@@ -312,3 +312,31 @@ def _tune_one(job: _Job, index: int, total: int, measurer: Measurer, budget: Bud
         starts=job.starts)
     status = "interrupted" if search.stopped_by == "interrupted" else "tuned"
     return _result(job, search, status), search
+
+
+def keep_defaults(store, device, kernels: dict, results, constants: dict | None = None
+                  ) -> list[str]:
+    """Put each result's default config in the database in place of its winner (one that ran
+    slower inside its model, search/in_model.py losers); returns the keys done. `kernels`
+    maps keys to Kernel objects, `constants` keys to the input buffers that hold weights
+    (Model.constant_inputs)."""
+    info = device.info()
+    done = []
+    for r in results:
+        kernel = kernels.get(r.kernel_key)
+        if kernel is None or not r.default_time_s:
+            continue
+        default = space_for(kernel, info.target,
+                            (constants or {}).get(r.kernel_key, frozenset())).default()
+        if r.config == default:
+            continue
+        t = r.default_time_s
+        record = ResultRecord(
+            config=json.loads(default.to_json()), time_s=t, spread=0.0,
+            gflops=kernel.flops / t / 1e9, gbps=kernel.bytes / t / 1e9, default_time_s=t,
+            speedup=1.0, trials=r.trials, sampler=f"{r.sampler}; default kept in the model")
+        store.record(kernel_record(kernel),
+                     DeviceRecord(info.key, info.backend, info.name, info.as_dict()), record,
+                     supersede=True)
+        done.append(kernel.key)
+    return done

@@ -2,16 +2,17 @@
 unroll of the innermost reduce loop, a cache tile on the first reduce axis (ktile, 0 for none),
 the outer blocks whose streamed panels are filled at once (cblock, BLIS's column cache block), block
 loop order, packing of operands into panels, and the parallel loops with their thread count
-(shared over the CPU device's thread pool). Every knob changes the C that runtime/render/c.py
+(shared over the CPU device's thread pool). Every knob changes the C that codegen/c.py
 writes. The default's values come from the target model (cpu_default.py)."""
 from __future__ import annotations
 
 from functools import cached_property
 from typing import Any
 
-from tunesearch.space import cpu_default, cpu_model
+from tunesearch.space import cpu_default, cpu_matmul, cpu_model
 from tunesearch.space.config import Config, ConfigError
-from tunesearch.space.cpu_default import CBLOCKS, KTILES, with_cblock
+from tunesearch.space.cpu_default import with_cblock
+from tunesearch.space.cpu_matmul import CBLOCKS, KTILES
 from tunesearch.space.kernel_shape import gemm_axes, packable, subsets
 from tunesearch.space.panel_layout import PackInfo
 from tunesearch.space.spaces import (Param, Space, check_knob_set, decode,
@@ -122,7 +123,7 @@ class CPUSpace(Space):
 
     @cached_property
     def _reads_windows(self) -> bool:
-        return cpu_default.reads_windows(self.kernel)
+        return cpu_matmul.reads_windows(self.kernel)
 
     def _last_upcasts(self) -> tuple[int, ...]:
         return last_upcasts(self.target.lanes(self.kernel.buffers[0].dtype.itemsize))
@@ -270,7 +271,7 @@ class CPUSpace(Space):
                 out += [config.replace(ktile=t) for t in (ktile // 2, ktile * 2, 0) if
                         t in self._ktiles()]
             else:
-                model = cpu_default.model_ktile(k, self.target, config)
+                model = cpu_matmul.model_ktile(k, self.target, config)
                 out.append(config.replace(ktile=model if model in tiles else tiles[-1]))
         for index in packable(k):
             pack = tuple(sorted(set(config.get("pack")) ^ {index}))

@@ -1,5 +1,5 @@
 """The GPU knobs (OpenCL and CUDA): the work-group shape, the register block, coalescing, the
-unrolled reduce, the grouped reduce and local-memory staging. runtime/render/gpu.py writes each.
+unrolled reduce, the grouped reduce and local-memory staging. codegen/gpu.py writes each.
 
 - `local`: work-items of a work-group along each output axis.
 - `upcast`: outputs per work-item along each output axis (a register block). Lane u of a

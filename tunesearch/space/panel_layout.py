@@ -1,7 +1,7 @@
 """The layout of a panel: an operand staged for a CPU kernel in a blocked scratch layout [blocks
 of the operand's output axes][reduce][lanes], zero past the edges. The space checks a panel's size
-against its limits; the C renderer and the CPU device's packing on the host fill panels in it
-(runtime/render/panels.py)."""
+against its limits; code generation writes the offsets into it and fills it, in the C kernel or
+on the host (codegen/panels.py)."""
 from __future__ import annotations
 
 import math
@@ -31,12 +31,3 @@ class PackInfo:
             self.reduce[0] = ktile
         self.size = math.prod(self.blocks) * math.prod(self.reduce) * math.prod(self.lanes)
         self.dtype = kernel.buffers[index].dtype
-
-    def offset(self, block: list[str], red: list[str], lane: list[str]) -> str:
-        """The panel offset of a block, reduce and lane index; `red` holds one index per reduce
-        axis, or one flat index over them all (the panel lays them out one after another)."""
-        reduce = self.reduce if len(red) == len(self.reduce) else [math.prod(self.reduce)]
-        expr = "0"
-        for idx, size in zip(block + red + lane, self.blocks + reduce + self.lanes):
-            expr = f"({expr})*{size}+({idx})" if expr != "0" else f"({idx})"
-        return expr

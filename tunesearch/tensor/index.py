@@ -56,7 +56,6 @@ def getitem(x, index):
 def _every(x, dim: int, step: int):
     """Every step-th element along dim, as views: split (n, step) and keep column 0; a last
     element past the whole groups is joined on (a pad and an add, fused)."""
-    from tunesearch.tensor.tensor import Tensor
     size = x.shape[dim]
     whole, extra = size // step, size % step
     parts = []
@@ -68,4 +67,4 @@ def _every(x, dim: int, step: int):
     if extra:
         parts.append(x.shrink([(0, s) if i != dim else (whole * step, whole * step + 1)
                                for i, s in enumerate(x.shape)]))
-    return parts[0] if len(parts) == 1 else Tensor.cat(parts, dim)
+    return parts[0] if len(parts) == 1 else type(x).cat(parts, dim)

@@ -14,6 +14,7 @@ from tunesearch.graph.view import View
 from tunesearch.lowering.windows import window_pads
 from tunesearch.tensor._shapes import shape_arg as _shape_arg
 from tunesearch.tensor._shapes import shape_error as _err
+from tunesearch.tensor.index import getitem
 
 if TYPE_CHECKING:
     from tunesearch.tensor.tensor import Tensor
@@ -197,7 +198,6 @@ class MovementMixin:
         return type(self)(lazy.load(backing, View.make(list(shape), list(strides))))
 
     def __getitem__(self, index) -> "Tensor":
-        from tunesearch.tensor.index import getitem
         return getitem(self, index)
 
     # ---- joining

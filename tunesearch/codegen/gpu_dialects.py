@@ -1,6 +1,6 @@
 """OpenCL C and CUDA C: the words in which the GPU lowering is spelled.
 
-Both keep the C family's expressions (render/dialect.py) and add what a GPU kernel needs: the entry
+Both keep the C family's expressions (codegen/dialect.py) and add what a GPU kernel needs: the entry
 point's qualifiers, the work-item and work-group indices of a 1-D launch, local/shared arrays and
 the barrier. float16 buffers are storage only: values are widened to float on load and narrowed on
 store, so the kernel works on devices without half arithmetic (PoCL has no cl_khr_fp16) and
@@ -12,7 +12,7 @@ import math
 
 from tunesearch.graph.dtypes import DType, dtypes
 from tunesearch.graph.ops import UnaryOps
-from tunesearch.runtime.render.dialect import Dialect
+from tunesearch.codegen.dialect import Dialect
 
 
 class GPUDialect(Dialect):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import re
 
-from tunesearch.runtime.cpu_pool import DECLARATION
+# what a kernel that shares a loop declares: the entry point of the pool in runtime/cpu_pool.py
+DECLARATION = "void ts_parallel(long n, int threads, void (*body)(void*, long, long), void* ctx);\n"
 
 PRAGMA = re.compile(r"^(\s*)#pragma omp parallel for(?: collapse\((\d+)\))? "
                     r"num_threads\((\d+)\) schedule\(static\)\s*$")

@@ -17,8 +17,8 @@ import math
 import re
 
 from tunesearch.graph.kernel import Kernel, KNode
-from tunesearch.runtime.render.dialect import ExprEmitter, index_expr
-from tunesearch.runtime.render.gpu_dialects import GPUDialect
+from tunesearch.codegen.dialect import ExprEmitter, index_expr
+from tunesearch.codegen.gpu_dialects import GPUDialect
 from tunesearch.space.config import Config
 from tunesearch.space.gpu_space import node_axes, stage_tile
 

@@ -25,7 +25,7 @@ from typing import Callable
 
 from tunesearch.graph.dtypes import DType, dtypes
 from tunesearch.graph.view import View
-from tunesearch.runtime.render.dialect import Dialect, index_expr, mask_tests
+from tunesearch.codegen.dialect import Dialect, index_expr, mask_tests
 
 # a float kept or zeroed by an int test (0 or 1) through its bits
 KEEP = """#ifndef TUNESEARCH_KEEP

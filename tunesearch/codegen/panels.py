@@ -3,14 +3,26 @@ loop that fills one on every call, and the same panel made once on the host for 
 never changes (a model's weight, packed when the plan is built)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tunesearch.graph.kernel import Kernel
-from tunesearch.runtime.render.dialect import Dialect, index_expr
+from tunesearch.codegen.dialect import Dialect, index_expr
 from tunesearch.space.config import Config
 from tunesearch.space.panel_layout import PackInfo, varies
 
 MAX_PREPACK_ELEMENTS = 1 << 26  # a constant's panel held beside it, per kernel that reads it
+
+
+def panel_offset(p: PackInfo, block: list[str], red: list[str], lane: list[str]) -> str:
+    """The C offset in panel p of a block, reduce and lane index; `red` holds one index per
+    reduce axis, or one flat index over them all (the panel lays them out one after another)."""
+    reduce = p.reduce if len(red) == len(p.reduce) else [math.prod(p.reduce)]
+    expr = "0"
+    for idx, size in zip(block + red + lane, p.blocks + reduce + p.lanes):
+        expr = f"({expr})*{size}+({idx})" if expr != "0" else f"({idx})"
+    return expr
 
 
 def padded_axes(kernel: Kernel, packs) -> set[int]:
@@ -104,7 +116,7 @@ def pack_loop(kernel: Kernel, p: PackInfo, upcast, d: Dialect, shared: str | Non
     grouped = own is not None and group > 1
     at = [(f"(pb{own}-g{own}*{group})" if grouped else "0") if own is not None and n == f"pb{own}"
           else n for n in names_b]
-    target = f"pk{p.index}{'g' if grouped else ''}[{p.offset(at, names_r, names_l)}]"
+    target = f"pk{p.index}{'g' if grouped else ''}[{panel_offset(p, at, names_r, names_l)}]"
     zero = d.literal(0, p.dtype)
 
     def fill(skip: int | None = None) -> str:

@@ -1,6 +1,6 @@
 """Fetching a weight's next panel while the blocks still read the current one.
 
-A weight packed when the plan was built (prepacked, runtime/render/panels.py) is laid out one
+A weight packed when the plan was built (prepacked, codegen/panels.py) is laid out one
 panel per block of the outer block loop's axis (B's column blocks under the column loop). Every
 inner block (the row blocks) reads the whole current panel from L2, and the first of them brings
 it in from L3 or memory: that block waits on the weight's stream at memory speed while the
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+from tunesearch.codegen.panels import panel_offset
 from tunesearch.space.panel_layout import PackInfo
 
 # at most this many lines fetched per reduce step: past that the block is a stream of the
@@ -76,11 +77,11 @@ def fetch_lines(pack: PackInfo, index: int, order: tuple[int, ...], upcast: tupl
     first = ["k0" if ktile else "0"] + zeros
     lanes = ["0"] * len(pack.lanes)
     following = f"(o{outer}/{upcast[outer]}+1)"
-    ahead = pack.offset([following], first, lanes)
+    ahead = panel_offset(pack, [following], first, lanes)
     # past the last outer block: the first block's next k tile, or (untiled) the current
     # block's own panel, which is in cache already
-    wrap = pack.offset(["0"], ["k0+kn"] + zeros, lanes) if ktile else \
-        pack.offset([f"(o{outer}/{upcast[outer]})"], first, lanes)
+    wrap = panel_offset(pack, ["0"], ["k0+kn"] + zeros, lanes) if ktile else \
+        panel_offset(pack, [f"(o{outer}/{upcast[outer]})"], first, lanes)
     declaration = (f"const char* nx{index} = (const char*)&pk{index}[{following} < "
                    f"{nblocks[outer]} ? {ahead} : {wrap}] + ({place})*{share};")
     statement = " ".join(f"__builtin_prefetch(nx{index} + ({step})*{per_step} + {k * LINE}, 0, 3);"

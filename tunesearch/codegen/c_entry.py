@@ -1,0 +1,134 @@
+"""The entry point of a CPU kernel, `void name(data0, data1, ...)`, in three stages.
+
+    panels          a pointer to each panel: the buffer itself where it arrives prepacked, else
+                    scratch kept between calls, filled before the block loops
+    block loops     the loops over the blocks in the configured order (the first `parallel`
+                    shared over the thread pool), each block's call picked by the dispatch of
+                    block_calls.py; a streamed panel filled per outer block inside them
+    k tiles         with a k tile, the panels' fills and the block loops once per tile, the
+                    partial sums kept in scratch between tiles
+
+Its shared loops are still written as OpenMP loops here; parallel.py outlines them afterwards,
+capturing the variables listed with the lines.
+"""
+from __future__ import annotations
+
+import math
+
+from tunesearch.codegen.c_kernel import CKernel
+from tunesearch.codegen.panels import pack_loop
+from tunesearch.codegen.parallel import shared_loop
+
+
+def entry_function(ck: CKernel, dispatch: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The entry point's lines around dispatch (a block's calls), with the (type, name) of
+    each variable a shared loop inside it reads."""
+    d, packs = ck.d, ck.packs
+    lines = [f"void {ck.name}({ck.params()}) {{"]
+    captures = [tuple(p.rsplit(" ", 1)) for p in ck.params().split(", ")]
+    for slot, (i, p) in enumerate(packs.items()):
+        tname = d.type_name(p.dtype)
+        if i in ck.prepacked:
+            lines.append(f"  const {tname}* pk{i} = data{i};")
+            captures.append((f"const {tname}*", f"pk{i}"))
+        elif i not in ck.streamed:
+            lines.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, "
+                         f"{p.size}*sizeof({tname}));")
+            captures.append((f"{tname}*", f"pk{i}"))
+    fills = [line for i, p in packs.items() if i not in ck.prepacked and i not in ck.streamed
+             for line in pack_loop(ck.kernel, p, ck.upcast, d,
+                                   shared_loop(ck.threads) if ck.parallel else None,
+                                   ck.tiled, vector_bytes=ck.vector_bytes)]
+    nest = block_loops(ck, dispatch)
+    if ck.tiled:
+        lines += k_tile_loop(ck, fills + nest)
+        acc_type = d.type_name(ck.reduce_node.dtype)
+        captures += [(f"{acc_type}*", "part"), ("const int", "k0"), ("const int", "first"),
+                     ("const int", "last"), ("const int", "kn")]
+    else:
+        lines += fills + ["  " + line for line in nest]
+    lines += [f"  scratch_done({slot}, pk{i}, {p.size}*sizeof({d.type_name(p.dtype)}));"
+              for slot, (i, p) in enumerate(packs.items())
+              if i not in ck.prepacked and i not in ck.streamed]
+    lines.append("}")
+    return lines, captures
+
+
+def k_tile_loop(ck: CKernel, body: list[str]) -> list[str]:
+    """body run once per tile of the first reduce axis, the partial sums in scratch."""
+    acc_type = ck.d.type_name(ck.reduce_node.dtype)
+    size, tiles = math.prod(ck.domain[:ck.n_out]), math.ceil(ck.red_sizes[0] / ck.ktile)
+    slot = len(ck.packs)
+    return [f"  {acc_type}* part = ({acc_type}*)scratch({slot}, {size}*sizeof({acc_type}));",
+            f"  for (int kt = 0; kt < {tiles}; kt++) {{",
+            f"    const int k0 = kt*{ck.ktile}, first = kt == 0, last = kt == {tiles - 1};",
+            f"    const int kn = last ? {ck.red_sizes[0]}-k0 : {ck.ktile};",
+            *["  " + line for line in body],
+            "  }", f"  scratch_done({slot}, part, {size}*sizeof({acc_type}));"]
+
+
+def block_loops(ck: CKernel, dispatch: list[str]) -> list[str]:
+    """The loops over the blocks in the configured order around a block's calls."""
+    nest: list[str] = []
+    if ck.parallel and ck.n_out:
+        nest.append(shared_loop(ck.threads, ck.parallel))
+    rest = ck.order
+    # (scratch slot, buffer, element type, one block's panel size) of each streamed panel
+    streamed_buffers = [(slot, i, ck.d.type_name(p.dtype), p.size // p.blocks[0])
+                        for slot, (i, p) in enumerate(ck.packs.items()) if i in ck.streamed]
+    group = 1
+    if ck.streamed:
+        group = min(ck.config.get("cblock", 1), ck.nblocks[ck.order[0]])
+        nest += streamed_outer_loop(ck, streamed_buffers, group)
+        rest = ck.order[1:]
+    for a in rest:
+        nest.append(f"for (int b{a} = 0; b{a} < {ck.nblocks[a]}; b{a}++)")
+    nest.append("{")
+    nest += [f"  const int o{a} = b{a}*{ck.upcast[a]};" for a in range(ck.n_out)]
+    nest += ["  " + line for line in dispatch]
+    nest.append("}")
+    if ck.streamed:
+        grouped = "g" if group > 1 else ""  # the group's buffer, and the block loop inside it
+        nest += ["}"] * (group > 1) + [
+            f"  scratch_done({slot}, pk{i}{grouped}, {group * size}*sizeof({tname}));"
+            for slot, i, tname, size in streamed_buffers] + ["}"]
+    return nest
+
+
+def streamed_outer_loop(ck: CKernel, streamed_buffers: list[tuple[int, int, str, int]],
+                        group: int) -> list[str]:
+    """The outer block loop opened, with the streamed panels filled for its blocks.
+
+    Each outer block fills its panels just before its blocks read them, into a buffer of one
+    block's panel per thread that stays in L2: filled whole ahead, a panel larger than the
+    caches would go out to memory and come back, and one larger than the scratch kept (64 MiB)
+    would be allocated, faulted in and zeroed by the kernel on every call; filled by a parallel
+    loop of its own, the threads would split it by the reduce rows and each read the share the
+    other wrote.
+    With a column cache block (cblock, BLIS's nc), `group` outer blocks' panels are filled at
+    once, each reduce row read across all of them: where those rows lie a page or more apart,
+    a fill of one block's few lines a row waits on a page walk and a new stream at every row
+    (see space/cpu_matmul.fill_group)."""
+    outer, nblocks = ck.order[0], ck.nblocks
+    nest = []
+    if group > 1:
+        groups = -(-nblocks[outer] // group)
+        nest.append(f"for (int g{outer} = 0; g{outer} < {groups}; g{outer}++) {{")
+        for slot, i, tname, size in streamed_buffers:
+            nest.append(f"  {tname}* pk{i}g = ({tname}*)scratch({slot}, "
+                        f"{group * size}*sizeof({tname}));")
+            nest += pack_loop(ck.kernel, ck.packs[i], ck.upcast, ck.d, None, ck.tiled,
+                              own=outer, vector_bytes=ck.vector_bytes, group=group)
+        end = f"g{outer}*{group}+{group}"
+        nest.append(f"for (int b{outer} = g{outer}*{group}; b{outer} < ({end} < "
+                    f"{nblocks[outer]} ? {end} : {nblocks[outer]}); b{outer}++) {{")
+        nest += [f"  {tname}* pk{i} = pk{i}g + (b{outer}-g{outer}*{group})*{size};"
+                 for slot, i, tname, size in streamed_buffers]
+    else:
+        nest.append(f"for (int b{outer} = 0; b{outer} < {nblocks[outer]}; b{outer}++) {{")
+        for slot, i, tname, size in streamed_buffers:
+            nest.append(f"  {tname}* pk{i} = ({tname}*)scratch({slot}, "
+                        f"{size}*sizeof({tname}));")
+            nest += pack_loop(ck.kernel, ck.packs[i], ck.upcast, ck.d, None, ck.tiled,
+                              own=outer, vector_bytes=ck.vector_bytes)
+    return nest
