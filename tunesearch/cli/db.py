@@ -26,7 +26,9 @@ from rich.table import Table
 from rich.text import Text
 
 from tunesearch.cli.arguments import MAX_DAYS, ArgumentParser, add_db_argument, integer, number
-from tunesearch.db import DatabaseError, ResultRecord, Store, head_revision
+from tunesearch.db import (
+    DatabaseError, ResultRecord, Store, head_revision, read_database, read_export,
+)
 from tunesearch.errors import run_command
 
 
@@ -111,21 +113,23 @@ def _export(args: argparse.Namespace, console: Console) -> None:
 
 
 def _import(args: argparse.Namespace, console: Console) -> None:
+    exchange = read_export(args.file)  # the whole file is checked before the database is opened
     with Store(args.db) as store:
-        count = store.import_(args.file)
+        count = store.absorb(exchange)
     console.print(f"imported {args.file} into {store.where}: {count} result(s) are new bests")
 
 
 def _merge(args: argparse.Namespace, console: Console) -> None:
+    exchange = read_database(args.other_url)  # read and checked before the target is opened
     with Store(args.db) as store:
-        count = store.merge(args.other_url)
+        count = store.absorb(exchange)
     console.print(f"merged into {store.where}: {count} result(s) are new bests")
 
 
 def _prune(args: argparse.Namespace, console: Console) -> None:
     if args.space_version_below is None and args.unseen_days is None:
         raise DatabaseError("prune needs --space-version-below N and/or --unseen-days D")
-    with Store(args.db) as store:
+    with Store(args.db, must_exist=True) as store:  # a new database has nothing to prune
         count = store.prune(space_version_below=args.space_version_below,
                             devices_unseen_days=args.unseen_days)
     console.print(f"pruned {store.where}: removed {count} result(s)")

@@ -132,6 +132,15 @@ class _Reader:
             raise self.fail(where, f"{name!r} is not an ISO 8601 time: {text!r}") from None
         return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
+    def unique(self, keys: list, name: str, what: str) -> set:
+        """The set of `keys`; refuses the document where one is given twice."""
+        seen: set = set()
+        for i, key in enumerate(keys):
+            if key in seen:
+                raise self.fail(f"{name}[{i}]", f"{what} {key!r} is given twice")
+            seen.add(key)
+        return seen
+
     def entries(self, document: dict, name: str) -> list:
         value = document.get(name, [])
         if not isinstance(value, list):
@@ -147,7 +156,8 @@ def parse(document: Any, source: str) -> Exchange:
     read = _Reader(source)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise DatabaseError(f"{source}: not a tunesearch export (no \"format\": \"{FORMAT}\")")
-    if document.get("version") != VERSION:
+    version = document.get("version")
+    if type(version) is not int or version != VERSION:  # True == 1 in Python: not a version
         raise DatabaseError(f"{source}: export format version {document.get('version')!r} is not "
                             f"supported (this tunesearch reads version {VERSION})")
     kernels = []
@@ -165,8 +175,9 @@ def parse(document: Any, source: str) -> Exchange:
                               fingerprint=read.field(entry, "fingerprint", (dict,), where))
         devices.append(SeenDevice(device, read.moment(entry, "first_seen", where),
                                   read.moment(entry, "last_seen", where)))
-    kernel_keys = {kernel.key for kernel in kernels}
-    device_keys = {seen.device.key for seen in devices}
+    # a key given twice would be written twice, the second entry quietly replacing the first
+    kernel_keys = read.unique([kernel.key for kernel in kernels], "kernels", "key")
+    device_keys = read.unique([seen.device.key for seen in devices], "devices", "key")
 
     def owner(entry: Any, where: str) -> tuple[str, str]:
         kernel = read.field(entry, "kernel", (str,), where)
@@ -194,6 +205,8 @@ def parse(document: Any, source: str) -> Exchange:
             created=read.moment(entry, "created", where),
             verified=False)  # measured elsewhere, whatever the file says
         results.append((*owner(entry, where), result))
+    read.unique([(kernel, device) for kernel, device, _ in results], "results",
+                "(kernel, device)")
     trials = []
     for i, entry in enumerate(read.entries(document, "trials")):
         where = f"trials[{i}]"
