@@ -1,6 +1,7 @@
-"""Failures that used to come after a file was written: a damaged database schema, a GRAPH_PATH
-that cannot be written, an import or merge whose input is bad, a prune of a missing database, an
-unknown TUNESEARCH_DEVICE, an export that names a kernel twice. Each runs the real command line in
+"""Failures that used to come after a file was written (or never): a damaged database schema, a
+GRAPH_PATH that cannot be written, an import or merge whose input is bad, a prune of a missing
+database, an unknown TUNESEARCH_DEVICE, an export that names a kernel twice, a dashboard with no
+studies to show or an address it cannot listen on. Each runs the real command line in
 a fresh process and must exit 2 with one line on stderr, leaving every file of its folder as it
 was (contents and modification times) and creating none.
 """
@@ -44,6 +45,11 @@ def _build(folder: Path) -> None:
             connection.execute(damage)
         connection.close()
     (folder / "empty.db").write_bytes(b"")
+    (folder / "corrupt.db").write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 16)
+    (folder / "bad_studies.db").write_bytes((folder / "good.db").read_bytes())
+    (folder / "bad_studies.studies.db").write_bytes(b"SQLite format 3\x00" + bytes(256) * 16)
+    (folder / "foreign_studies.db").write_bytes((folder / "good.db").read_bytes())
+    (folder / "foreign_studies.studies.db").write_bytes((folder / "good.db").read_bytes())
     _export_with(folder / "valid.json", make)
     _export_with(folder / "zero_time.json", make, time_s=0.0)
     document = json.loads((folder / "valid.json").read_text())
@@ -109,6 +115,24 @@ CASES = {
                               {}, ("devices[1]", "twice")),
     "import a result twice": (["db", "import", "{dir}/result_twice.json", "--db", "{dir}/good.db"],
                               {}, ("results[1]", "twice")),
+    "dashboard on a missing database": (["dashboard", "--db", "{dir}/new.db"], {},
+                                        ("new.db", "no such file")),
+    "dashboard on a corrupt database": (["dashboard", "--db", "{dir}/corrupt.db"], {},
+                                        ("corrupt.db",)),
+    "dashboard on an empty database": (["dashboard", "--db", "{dir}/empty.db"], {},
+                                       ("empty.db",)),
+    "dashboard without a studies file": (["dashboard", "--db", "{dir}/good.db"], {},
+                                         ("good.studies.db", "tune")),
+    "dashboard on a corrupt studies file": (["dashboard", "--db", "{dir}/bad_studies.db"], {},
+                                            ("bad_studies.studies.db",)),
+    "dashboard on a studies file of results": (
+        ["dashboard", "--db", "{dir}/foreign_studies.db"], {}, ("foreign_studies.studies.db",)),
+    "dashboard on a host that does not resolve": (
+        ["dashboard", "--db", "{dir}/good.db", "--host", "no-such-host.invalid"], {},
+        ("no-such-host.invalid", "resolve")),
+    "dashboard on another machine's address": (  # TEST-NET-1: never an address of this one
+        ["dashboard", "--db", "{dir}/good.db", "--host", "192.0.2.1"], {},
+        ("192.0.2.1", "this machine")),
     "unknown TUNESEARCH_DEVICE": (["devices"], {"TUNESEARCH_DEVICE": "tpu"},
                                   ("TUNESEARCH_DEVICE", "'tpu'", "cpu", "reference")),
     "unknown TUNESEARCH_DEVICE for run": (["run", "{dir}/relu.onnx", "--db", "{dir}/good.db"],
