@@ -52,6 +52,12 @@ def _build(folder: Path) -> None:
     (folder / "foreign_studies.studies.db").write_bytes((folder / "good.db").read_bytes())
     _export_with(folder / "valid.json", make)
     _export_with(folder / "zero_time.json", make, time_s=0.0)
+    for name, changes in (("config_999", {"config": {"knobs": {"unroll": 2}, "version": 999}}),
+                          ("config_garbage", {"config": {"knobs": {}, "version": "2 garbage"}}),
+                          ("config_true", {"config": {"knobs": {}, "version": True}}),
+                          ("time_1e300", {"time_s": 1e300}),
+                          ("default_1e300", {"default_time_s": 1e300})):
+        _export_with(folder / f"{name}.json", make, **changes)
     document = json.loads((folder / "valid.json").read_text())
     variants = {
         "version_true.json": {**document, "version": True},
@@ -133,6 +139,20 @@ CASES = {
     "dashboard on another machine's address": (  # TEST-NET-1: never an address of this one
         ["dashboard", "--db", "{dir}/good.db", "--host", "192.0.2.1"], {},
         ("192.0.2.1", "this machine")),
+    "import a config of version 999": (
+        ["db", "import", "{dir}/config_999.json", "--db", "{dir}/good.db"], {},
+        ("config_999.json", "results[0]", "version 999")),
+    "import a config version with garbage": (
+        ["db", "import", "{dir}/config_garbage.json", "--db", "{dir}/good.db"], {},
+        ("config_garbage.json", "'2 garbage'")),
+    "import a config version true": (
+        ["db", "import", "{dir}/config_true.json", "--db", "{dir}/good.db"], {},
+        ("config_true.json", "version True")),
+    "import a time of 1e300": (["db", "import", "{dir}/time_1e300.json", "--db", "{dir}/good.db"],
+                               {}, ("time_1e300.json", "'time_s'", "3600")),
+    "import a default time of 1e300": (
+        ["db", "import", "{dir}/default_1e300.json", "--db", "{dir}/good.db"], {},
+        ("default_1e300.json", "'default_time_s'")),
     "unknown TUNESEARCH_DEVICE": (["devices"], {"TUNESEARCH_DEVICE": "tpu"},
                                   ("TUNESEARCH_DEVICE", "'tpu'", "cpu", "reference")),
     "unknown TUNESEARCH_DEVICE for run": (["run", "{dir}/relu.onnx", "--db", "{dir}/good.db"],

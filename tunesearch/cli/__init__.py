@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +26,7 @@ from tunesearch import settings
 from tunesearch.cli.arguments import (
     ArgumentParser, add_db_argument, check_kept_database, count, integer, seconds, SEED_LIMIT,
 )
-from tunesearch.errors import UsageError, run_command
+from tunesearch.errors import UsageError, one_line, run_command
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -390,10 +392,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning is one line on stderr, as the database layer's are: Python's own form adds
+    the file and line of the code that warned, which says nothing to the user."""
+    print(one_line(message), file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (0, 2 for an expected failure, 1 for a bug,
     130 for Ctrl-C: see `tunesearch.errors.run_command`)."""
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _show_warning
 
     def command():
         settings.check()

@@ -19,7 +19,7 @@ from tunesearch.db._queries import (
     kernel_from_row, result_from_row, trial_from_row,
 )
 from tunesearch.db._records import (
-    MAX_JSON_DEPTH, DeviceRecord, KernelRecord, ResultRecord, TrialRecord, json_depth,
+    MAX_JSON_DEPTH, MAX_TIME_S, DeviceRecord, KernelRecord, ResultRecord, TrialRecord, json_depth,
 )
 
 FORMAT = "tunesearch-results"
@@ -124,6 +124,26 @@ class _Reader:
             raise self.fail(where, f"{name!r} must be {relation} {minimum}, got {value!r}")
         return value
 
+    def time(self, entry: Any, name: str, where: str, *, strictly: bool = False,
+             optional: bool = False) -> float | None:
+        """A time in seconds, from 0 (above 0, strictly) to MAX_TIME_S: more is no
+        measurement."""
+        value = self.at_least(entry, name, NUMBER, where, 0, strictly=strictly,
+                              optional=optional)
+        if value is not None and value > MAX_TIME_S:
+            raise self.fail(where, f"{name!r} must be at most {MAX_TIME_S:g} seconds, "
+                            f"got {value!r}")
+        return value
+
+    def config(self, entry: Any, where: str) -> dict:
+        """A config object; its "version", where it has one, is a positive integer (which
+        versions a release knows is the space's to say, when the config is used)."""
+        config = self.field(entry, "config", (dict,), where)
+        version = config.get("version", 1)
+        if type(version) is not int or version < 1:
+            raise self.fail(where, f"config version {version!r} is not a positive integer")
+        return config
+
     def moment(self, entry: Any, name: str, where: str) -> datetime:
         text = self.field(entry, name, (str,), where)
         try:
@@ -193,11 +213,12 @@ def parse(document: Any, source: str) -> Exchange:
         where = f"results[{i}]"
         # a best time must be a real measurement: zero would pin the kernel forever, since only
         # a strictly faster result replaces it; the others may be 0 ("unknown")
-        numbers = {"time_s": read.at_least(entry, "time_s", NUMBER, where, 0, strictly=True)}
+        numbers = {"time_s": read.time(entry, "time_s", where, strictly=True),
+                   "default_time_s": read.time(entry, "default_time_s", where)}
         numbers.update({name: read.at_least(entry, name, NUMBER, where, 0) for name in
-                        ("spread", "gflops", "gbps", "default_time_s", "speedup")})
+                        ("spread", "gflops", "gbps", "speedup")})
         result = ResultRecord(
-            config=read.field(entry, "config", (dict,), where), **numbers,
+            config=read.config(entry, where), **numbers,
             trials=read.at_least(entry, "trials", (int,), where, 0),
             sampler=read.field(entry, "sampler", (str,), where),
             tunesearch_version=read.field(entry, "tunesearch_version", (str,), where),
@@ -212,9 +233,8 @@ def parse(document: Any, source: str) -> Exchange:
         where = f"trials[{i}]"
         trial = TrialRecord(
             number=read.at_least(entry, "number", (int,), where, 0),
-            config=read.field(entry, "config", (dict,), where),
-            time_s=read.at_least(entry, "time_s", NUMBER, where, 0, strictly=True,
-                                 optional=True),
+            config=read.config(entry, where),
+            time_s=read.time(entry, "time_s", where, strictly=True, optional=True),
             error=read.field(entry, "error", (str,), where, optional=True))
         trials.append((*owner(entry, where), trial, read.moment(entry, "created", where)))
     return Exchange(tuple(kernels), tuple(devices), tuple(results), tuple(trials))
