@@ -28,8 +28,9 @@ configs and fingerprints are JSON objects (data, never code)::
                  "time_s": 0.004, "error": null, "created": "..."}]}
 
 Importing keeps the faster of the stored and the imported result per (kernel, device), adds the
-trials not already stored, and refuses (changing nothing) a file of another format or version, or
-one whose numbers no measurement gives (a time of zero, an integer past 64 bits). An imported or
+trials not already stored, and refuses (changing nothing) a file of another format or version,
+one whose numbers no measurement gives (a time of zero or above an hour, an integer past 64 bits),
+or one that gives a kernel, a device or a (kernel, device) result twice. An imported or
 merged result is not verified here (`verified` in the file is informational): the next search of
 its kernel on this device measures it again, and its result replaces the imported one.
 """
