@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import optuna
 import pytest
@@ -66,19 +67,24 @@ def _states(url: str) -> dict[int, TrialState]:
     return {trial.number: trial.state for trial in study.get_trials(deepcopy=False)}
 
 
-def _search(url: str, trials: int = 3):
+def _search(url: str, trials: int = 3, grace_s: int = GRACE_S):
     kernel, space = _kernel_and_space()
     return search_kernel(kernel, space, SimulatedMeasurer(lambda config: 1e-3),
                          Budget(trials=trials), "random", seed=1, device_key=DEVICE_KEY,
-                         storage=study_storage(url, heartbeat_s=HEARTBEAT_S, grace_s=GRACE_S))
+                         storage=study_storage(url, heartbeat_s=HEARTBEAT_S, grace_s=grace_s))
+
+
+def _hanging_search(url: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.Popen([sys.executable, "-c", HANGING_SEARCH, url], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_only_the_trials_of_a_dead_process_are_failed(url):
+    """Through the heartbeat: what a process of another machine sharing the database sees."""
     Store(url).close()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    child = subprocess.Popen([sys.executable, "-c", HANGING_SEARCH, url], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = _hanging_search(url)
     try:
         assert child.stdout.readline().strip() == "measuring", child.stderr.read()[-3000:]
         [open_trial] = [n for n, state in _states(url).items() if state == TrialState.RUNNING]
@@ -88,7 +94,9 @@ def test_only_the_trials_of_a_dead_process_are_failed(url):
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=60)
         time.sleep(2 * GRACE_S)
-        result = _search(url)
+        elsewhere = {"boot": None, "pid_namespace": None, "pid": 1, "host": "elsewhere"}
+        with mock.patch("tunesearch.search.resume.this_process", return_value=elsewhere):
+            result = _search(url)  # as on another machine: only the heartbeat can tell
     finally:
         if child.poll() is None:
             child.kill()
@@ -97,6 +105,42 @@ def test_only_the_trials_of_a_dead_process_are_failed(url):
     assert states[open_trial] == TrialState.FAIL
     assert TrialState.RUNNING not in states.values()
     assert result.best is not None and result.measured == 3
+
+
+def test_the_trials_of_a_process_killed_on_this_machine_are_failed_at_once(tmp_path):
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    Store(url).close()
+    child = _hanging_search(url)
+    try:
+        assert child.stdout.readline().strip() == "measuring", child.stderr.read()[-3000:]
+        [open_trial] = [n for n, state in _states(url).items() if state == TrialState.RUNNING]
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+        # its heartbeat is fresh, and would be for ten minutes: the process is what is gone
+        _search(url, grace_s=600)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate(timeout=60)
+    states = _states(url)
+    assert states[open_trial] == TrialState.FAIL
+    assert TrialState.RUNNING not in states.values()
+
+
+def test_a_trial_that_never_named_its_process_is_failed_once_older_than_the_grace(tmp_path):
+    """As a process killed between asking a trial and naming itself leaves it, or a tunesearch
+    from before heartbeats: Optuna's own ask, nothing more."""
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    Store(url).close()
+    _search(url, trials=1)
+    kernel, _ = _kernel_and_space()
+    bare = optuna.load_study(study_name=study_name(kernel, DEVICE_KEY), storage=studies_url(url))
+    orphan = bare.ask().number
+    _search(url, trials=1)
+    assert _states(url)[orphan] == TrialState.RUNNING  # younger than the grace period
+    time.sleep(2 * GRACE_S)
+    _search(url, trials=1)
+    assert _states(url)[orphan] == TrialState.FAIL
 
 
 def test_a_study_row_optuna_cannot_read_back_leaves_the_search_going(tmp_path):

@@ -13,19 +13,26 @@ trials that read back, with a warning, and its rows are left as they are.
 
 A trial stays RUNNING in the database when the process that asked it dies (SIGKILL, a crash, a
 lost machine). Each open trial gets a heartbeat in the database (Optuna's, recorded by a thread
-of this process); opening a study fails the trials whose heartbeat stopped more than the storage's
-grace period ago. Trials of live processes, on this machine or any other sharing the database,
-keep beating and are never touched.
+of this process) and names its process; opening a study fails the trials whose heartbeat stopped
+more than the storage's grace period ago, at once those of a process of this machine (the same
+Linux boot and pid namespace) that no longer exists, and those that started longer than the
+grace period ago without naming a process (one killed between asking and naming, or a
+tunesearch from before heartbeats). Trials of live processes, on this machine or any other
+sharing the database, are never touched.
 """
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import warnings
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import optuna
 from optuna.exceptions import ExperimentalWarning
 from optuna.storages import BaseStorage, RDBStorage
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import exc as sa_exc
 
 # Optuna's heartbeat is meant for study.optimize, and warns on every ask of a study with one; this
@@ -36,6 +43,59 @@ warnings.filterwarnings("ignore", category=ExperimentalWarning, message=r".*fail
 
 # what Optuna raises while building a trial from a row that holds what it never writes
 DAMAGED_ROW = (ArithmeticError, LookupError, TypeError, ValueError, sa_exc.InvalidRequestError)
+
+
+OWNER_ATTR = "tunesearch_process"  # system attribute of a trial: the process that asked it
+
+
+def this_process() -> dict:
+    """This process as another process of this machine can check that it is gone: the kernel's
+    boot id, the pid namespace and the pid (Linux; elsewhere boot and namespace are None, and
+    only the heartbeat tells), with the host name for people reading the study."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        boot = namespace = None
+    return {"boot": boot, "pid_namespace": namespace, "pid": os.getpid(),
+            "host": socket.gethostname()}
+
+
+def is_gone(owner: object) -> bool:
+    """Whether the process `owner` (a trial's OWNER_ATTR) is known to have ended: it ran on this
+    machine, in this pid namespace, and no process has its pid. Anything unsure is alive: a
+    process of another machine, a pid taken again (the pid of this very process included)."""
+    me = this_process()
+    if me["boot"] is None or not isinstance(owner, dict) or \
+            (owner.get("boot"), owner.get("pid_namespace")) != (me["boot"], me["pid_namespace"]):
+        return False
+    pid = owner.get("pid")
+    if type(pid) is not int or pid <= 0 or pid == me["pid"]:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # there, but another user's
+        return False
+    return False
+
+
+def _fail_trials_of_gone_processes(study: optuna.Study, grace_s: float) -> None:
+    try:
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    except DAMAGED_ROW:
+        return  # open_study reads the study row by row
+    for trial in running:
+        owner = trial.system_attrs.get(OWNER_ATTR)
+        if owner is None and trial.datetime_start is not None:
+            # Optuna stamps a start with the asking machine's clock, without a zone
+            now = datetime.now(trial.datetime_start.tzinfo and timezone.utc)
+            gone = now - trial.datetime_start > timedelta(seconds=grace_s)
+        else:
+            gone = is_gone(owner)
+        if gone:
+            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
 
 
 def rdb_storage(storage: str | BaseStorage | None) -> BaseStorage | None:
@@ -55,8 +115,11 @@ def open_study(name: str, storage: BaseStorage | None, sampler: optuna.samplers.
     are failed; see the module docstring for a study whose rows do not read back."""
     study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                 direction="minimize", load_if_exists=True)
-    if _heartbeat_interval(storage):
+    interval = _heartbeat_interval(storage)
+    if interval:
         optuna.storages.fail_stale_trials(study)
+        _fail_trials_of_gone_processes(study, getattr(storage, "grace_period", None) or
+                                       2 * interval)
     try:
         return study, study.get_trials(deepcopy=False)
     except DAMAGED_ROW:
@@ -105,6 +168,7 @@ class TrialHeartbeats:
         self.interval = _heartbeat_interval(storage)
         self.storage = storage if self.interval else None
         self._open: dict[int, None] = {}
+        self._owner = this_process()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trial-heartbeat", daemon=True)
 
@@ -127,6 +191,10 @@ class TrialHeartbeats:
     def add(self, trial: optuna.Trial) -> None:
         if self.storage is not None:
             self._open[trial._trial_id] = None
+            try:  # named first: on this machine that is what tells at once that it is gone
+                self.storage.set_trial_system_attr(trial._trial_id, OWNER_ATTR, self._owner)
+            except Exception:  # noqa: BLE001  (then its age and heartbeat tell)
+                pass
             self._beat(trial._trial_id)
 
     def discard(self, trial: optuna.Trial) -> None:
