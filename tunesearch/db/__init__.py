@@ -28,7 +28,8 @@ from tunesearch.db.studies import (
 
 __all__ = [
     "DatabaseError", "DeviceRecord", "KernelDetail", "KernelRecord", "MAX_TIME_S",
-    "ResultRecord", "ResultRow", "STUDIES_SCHEMA", "Store", "TrialRecord", "default_path", "default_url",
+    "ResultRecord", "ResultRow", "STUDIES_SCHEMA", "Store", "TrialRecord", "default_path",
+    "default_url",
     "ensure_studies_schema", "fail_running_trials", "head_revision", "is_transient",
     "read_database", "read_export", "retry_while_unreachable", "studies_url", "study_storage",
 ]
