@@ -64,9 +64,16 @@ def test_debug_1_adds_the_traceback_of_a_bug(capsys, monkeypatch):
     assert err.strip().splitlines()[-1].startswith("tunesearch: internal error")
 
 
-def test_a_command_returns_its_own_code():
+def test_a_command_returns_its_own_code(capsys):
     assert run_command(lambda: None) == 0
+    assert run_command(lambda: 3) == 3
+    assert capsys.readouterr().err == ""
+
+
+def test_a_command_that_returns_130_says_in_one_line_that_results_are_kept(capsys):
     assert run_command(lambda: 130) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "tunesearch: interrupted; results already stored are kept"]
 
 
 class _PressesCtrlCWhenCollected:

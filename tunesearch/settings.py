@@ -39,7 +39,7 @@ def graph_path() -> Path:
 
 
 def default_device() -> str:
-    return os.environ.get("TUNESEARCH_DEVICE", "cpu")
+    return os.environ.get("TUNESEARCH_DEVICE", "").strip() or "cpu"
 
 
 def cache_dir() -> Path:

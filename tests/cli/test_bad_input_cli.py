@@ -105,6 +105,7 @@ def _build(folder: Path) -> None:
     _export_with(folder / "huge_trials.json", make, trials=10 ** 30)
     _export_with(folder / "huge_time.json", make, time_s=10 ** 400)
     _export_with(folder / "zero_time.json", make, time_s=0.0)
+    _export_with(folder / "valid.json", make)
     _export_with(folder / "negative_speedup.json", make, speedup=-1.0)
     (folder / "deep.json").write_text('{"format": "tunesearch-results", "version": 1, '
                                       '"kernels": ' + "[" * 100000 + "]" * 100000 + "}")
@@ -236,7 +237,8 @@ CASES = [
          ("none.json",)),
     Case("import a folder", ("db", "import", "{dir}/models", "--db", GOOD_DB), ("models",)),
     Case("import a model", ("db", "import", FIXED, "--db", GOOD_DB), ("fixed.onnx",)),
-    Case("import into a newer schema", ("db", "import", "{dir}/zero_time.json", "--db",
+    # a valid file: the file is checked before the database is opened
+    Case("import into a newer schema", ("db", "import", "{dir}/valid.json", "--db",
                                         "{dir}/future.db"), ("future.db",)),
     Case("merge missing file", ("db", "merge", "{dir}/none.db", "--db", GOOD_DB), ("none.db",)),
     Case("merge empty file", ("db", "merge", "{dir}/empty.db", "--db", GOOD_DB), ("empty.db",)),

@@ -103,6 +103,9 @@ def test_ctrl_c_keeps_what_was_found_and_exits_130(tmp_path):
             tune.kill()
     assert tune.returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr
+    # the table is shown, then one line says what happened to the results
+    assert [line for line in stderr.splitlines() if "interrupted" in line] == [
+        "tunesearch: interrupted; results already stored are kept"], stderr[-3000:]
     summary = json.loads(stdout)
     assert summary["interrupted"]
     statuses = [r["status"] for r in summary["results"]]

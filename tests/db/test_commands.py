@@ -118,7 +118,11 @@ def test_errors_are_one_line_and_exit_2(capsys, tmp_path, filled):
     assert str(wrong) in err and "version 7" in err
     assert "--space-version-below" in _fails(capsys, ["db", "prune", "--db", filled])
     read_only = f"sqlite:///file:{tmp_path / 'results.db'}?mode=ro&uri=true"
-    assert "is read-only" in _fails(capsys, ["db", "import", str(wrong), "--db", read_only])
+    # the file is checked first, so a good one reaches the database that refuses it
+    good = tmp_path / "good.json"
+    with Store(filled, readonly=True) as store:
+        store.export(good)
+    assert "is read-only" in _fails(capsys, ["db", "import", str(good), "--db", read_only])
     path = tmp_path / "future.db"
     Store(path).close()
     connection = sqlite3.connect(path)

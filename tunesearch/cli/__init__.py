@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +28,7 @@ from tunesearch.cli.arguments import (
     SEED_LIMIT,
 )
 from tunesearch.cli.exit_codes import run_command
-from tunesearch.errors import UsageError
+from tunesearch.errors import UsageError, one_line
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -46,9 +48,28 @@ def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def check_device_setting() -> None:
+    """Refuse an unknown TUNESEARCH_DEVICE before any command works: it names the default
+    device, and a typo must not quietly mean another device."""
+    from tunesearch.runtime.device import DEVICES
+    name = settings.default_device()
+    if name.split(":")[0].lower() not in DEVICES:
+        raise UsageError(f"environment variable TUNESEARCH_DEVICE={name!r} is not a device; "
+                         f"known devices: {', '.join(DEVICES)}")
+
+
+def _check_graph_path() -> None:
+    """GRAPH=1 writes its drawing at the end: a file that cannot be written is refused before
+    the command works (and before `tune` writes its database)."""
+    from tunesearch.cli.arguments import check_new_file
+    if settings.graph():
+        check_new_file(settings.graph_path(), "GRAPH_PATH")
+
+
 def _load_model(args):
     from tunesearch.onnx import load
     from tunesearch.runtime.device import get_device
+    args.device = args.device or settings.default_device()
     get_device(args.device).info()  # an unavailable device fails here, with its install hint
     shapes = {}
     if args.model.startswith("example:"):  # an export's dynamic axes: the exported shapes
@@ -75,6 +96,7 @@ def cmd_tune(args) -> int:
         raise UsageError(f"unknown sampler {args.sampler!r} (--sampler); known samplers: "
                          f"{', '.join(SAMPLERS)}")
     check_kept_database(args.db or settings.db_url(), "tune")
+    _check_graph_path()
     model = _load_model(args)
     store = _open_store(args.db)
     # a database that cannot be written refuses now, not after minutes of search
@@ -173,6 +195,7 @@ def cmd_run(args) -> int:
     from tunesearch.search.on_miss import tune_on_miss
     if args.outputs is not None:
         check_new_file(args.outputs, "--outputs")
+    _check_graph_path()
     model = _load_model(args)
     inputs = read_inputs(args.inputs, model) if args.inputs else model.random_inputs(seed=0)
     # one rule for --db and TUNESEARCH_DB: a database that cannot be used is an error
@@ -227,7 +250,7 @@ def _device_help() -> str:
     """The --device help: every registered device with what it is."""
     from tunesearch.runtime.device import DEVICES
     return "; ".join(f"{name}: {entry.description}" for name, entry in DEVICES.items()) + \
-        " (default: cpu)"
+        " (default: $TUNESEARCH_DEVICE, else cpu)"
 
 
 def cmd_report(args) -> int:
@@ -264,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     def model_command(name: str, help_text: str):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("model", help="an .onnx file, or example:NAME for a bundled model")
-        p.add_argument("--device", default="cpu", help=device_help)
+        p.add_argument("--device", default=None, help=device_help)
         add_db_argument(p)
         p.add_argument("--input-shape", action="append", type=_shape_arg, metavar="NAME=SHAPE",
                        help="bind an input's dynamic dims, e.g. input=1x3x224x224")
@@ -322,12 +345,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning is one line on stderr, as the database layer's are: Python's own form adds
+    the file and line of the code that warned, which says nothing to the user."""
+    print(one_line(message), file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (0, 2 for an expected failure, 1 for a bug,
     130 for Ctrl-C: see `tunesearch.cli.exit_codes.run_command`)."""
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _show_warning
 
     def command():
         settings.check()
+        check_device_setting()
         return args.func(args)
     return run_command(command)

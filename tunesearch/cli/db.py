@@ -26,8 +26,10 @@ from rich.table import Table
 from rich.text import Text
 
 from tunesearch.cli.arguments import MAX_DAYS, ArgumentParser, add_db_argument, integer, number
-from tunesearch.db import DatabaseError, ResultRecord, Store, head_revision
 from tunesearch.cli.exit_codes import run_command
+from tunesearch.db import (
+    DatabaseError, ResultRecord, Store, head_revision, read_database, read_export,
+)
 
 
 def _short(key: str, width: int = 16) -> str:
@@ -110,22 +112,37 @@ def _export(args: argparse.Namespace, console: Console) -> None:
     console.print(f"exported {count} result(s) from {store.where} to {args.file}")
 
 
+def _check_configs(exchange, source: str) -> None:
+    """Refuse an input with a config of a space version this tunesearch does not know: the
+    database layer checks what a config is, the space which versions it reads."""
+    from tunesearch.space.config import ConfigError, check_version
+    for i, (_, _, result) in enumerate(exchange.results):
+        try:
+            check_version(result.config)
+        except ConfigError as err:
+            raise DatabaseError(f"{source}: results[{i}]: {err}") from None
+
+
 def _import(args: argparse.Namespace, console: Console) -> None:
+    exchange = read_export(args.file)  # the whole file is checked before the database is opened
+    _check_configs(exchange, args.file)
     with Store(args.db) as store:
-        count = store.import_(args.file)
+        count = store.absorb(exchange)
     console.print(f"imported {args.file} into {store.where}: {count} result(s) are new bests")
 
 
 def _merge(args: argparse.Namespace, console: Console) -> None:
+    exchange = read_database(args.other_url)  # read and checked before the target is opened
+    _check_configs(exchange, args.other_url)
     with Store(args.db) as store:
-        count = store.merge(args.other_url)
+        count = store.absorb(exchange)
     console.print(f"merged into {store.where}: {count} result(s) are new bests")
 
 
 def _prune(args: argparse.Namespace, console: Console) -> None:
     if args.space_version_below is None and args.unseen_days is None:
         raise DatabaseError("prune needs --space-version-below N and/or --unseen-days D")
-    with Store(args.db) as store:
+    with Store(args.db, must_exist=True) as store:  # a new database has nothing to prune
         count = store.prune(space_version_below=args.space_version_below,
                             devices_unseen_days=args.unseen_days)
     console.print(f"pruned {store.where}: removed {count} result(s)")

@@ -31,7 +31,9 @@ def run_command(command: Callable[[], int | None], prog: str = "tunesearch") -> 
                 if ctrl_c_pressed():
                     raise KeyboardInterrupt from None
                 raise
-            if code == 0 and ctrl_c_pressed():
+            # a command that stopped for Ctrl-C and returned 130 itself (tune, after showing
+            # what it found) gets the same line as one the KeyboardInterrupt ended
+            if code == EXIT_INTERRUPTED or code == 0 and ctrl_c_pressed():
                 raise KeyboardInterrupt
             return code
     except UserError as err:

@@ -17,16 +17,19 @@ from tunesearch.db._engine import (
 )
 from tunesearch.db._errors import DatabaseError, is_transient
 from tunesearch.db._migrations import head_revision
+from tunesearch.db._records import MAX_TIME_S
 from tunesearch.db.store import (
     DeviceRecord, KernelDetail, KernelRecord, ResultRecord, ResultRow, Store, TrialRecord,
+    read_database, read_export,
 )
 from tunesearch.db.studies import (
     STUDIES_SCHEMA, ensure_studies_schema, fail_running_trials, studies_url, study_storage,
 )
 
 __all__ = [
-    "DatabaseError", "DeviceRecord", "KernelDetail", "KernelRecord", "ResultRecord", "ResultRow",
-    "STUDIES_SCHEMA", "Store", "TrialRecord", "default_path", "default_url",
+    "DatabaseError", "DeviceRecord", "KernelDetail", "KernelRecord", "MAX_TIME_S",
+    "ResultRecord", "ResultRow", "STUDIES_SCHEMA", "Store", "TrialRecord", "default_path",
+    "default_url",
     "ensure_studies_schema", "fail_running_trials", "head_revision", "is_transient",
-    "retry_while_unreachable", "studies_url", "study_storage",
+    "read_database", "read_export", "retry_while_unreachable", "studies_url", "study_storage",
 ]

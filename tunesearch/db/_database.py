@@ -50,11 +50,12 @@ class Database:
     `readonly=True` opens it for lookups only (a SQLite file with `PRAGMA query_only`, never
     creating it; PostgreSQL in read-only transactions); so does a URL like
     `sqlite:///file:/x.db?mode=ro&uri=true`. A read-only database writes nothing, not even a
-    schema: an empty, missing or older one is refused with one line.
+    schema: an empty, missing or older one is refused with one line. `must_exist=True` refuses
+    an empty or missing database too, for upkeep that has nothing to do on a new one.
     """
 
     def __init__(self, url: str | os.PathLike | None = None, *, auto_upgrade: bool = True,
-                 readonly: bool = False):
+                 readonly: bool = False, must_exist: bool = False):
         parsed = database_url(url)
         readonly = readonly or is_read_only_url(parsed)
         if readonly:
@@ -66,12 +67,14 @@ class Database:
         if is_default(url) and not self.readonly:
             _make_default_folder(parsed)
         path = sqlite_file(parsed)
-        if self.readonly and path is not None and not path.is_file():
+        self._must_exist = must_exist
+        if (self.readonly or must_exist) and path is not None and not path.is_file():
             if path.exists():
                 raise DatabaseError(f"cannot open database {self.where}: not a file")
-            raise DatabaseError(f"cannot open database {self.where}: no such file (a tune "
-                                f"with --db {path} creates it; TUNESEARCH_NODB=1 runs with "
-                                "default configs and no database)")
+            hint = "" if not self.readonly else (f" (a tune with --db {path} creates it; "
+                                                 "TUNESEARCH_NODB=1 runs with default configs "
+                                                 "and no database)")
+            raise DatabaseError(f"cannot open database {self.where}: no such file{hint}")
         self._engine = open_engine(parsed, read_only=self.readonly)
         self._pid = os.getpid()
         self._write_refusal: DatabaseError | None = None
@@ -135,14 +138,16 @@ class Database:
         if schema.state is SchemaState.FOREIGN and (self.readonly or
                                                     not str(self.url).startswith("postgresql")):
             raise refusal(schema, self.where)
+        if schema.state is SchemaState.DAMAGED:  # refused before anything reads or writes it
+            raise refusal(schema, self.where)
         if schema.state is SchemaState.NEWER:
             self._write_refusal = refusal(schema, self.where)
             return schema.revision, schema.revision
         if schema.state is SchemaState.CURRENT:
             return schema.revision, schema.revision
-        if self.readonly and schema.revision is None:
+        if (self.readonly or self._must_exist) and schema.revision is None:
             raise DatabaseError(f"database {self.where} is empty: it holds no tunesearch results "
-                                "(opened read-only, so nothing was written)")
+                                "(nothing was written)")
         if self.readonly:
             raise DatabaseError(f"database {self.where} is at revision {schema.revision}, older "
                                 f"than {head_revision()}, and opened read-only: run `tunesearch "
@@ -155,7 +160,7 @@ class Database:
             self._backend.lock_schema(connection)
             # again under the lock: another process may have created the schema meanwhile
             locked = inspect_schema(connection)
-            if locked.state is SchemaState.FOREIGN:
+            if locked.state in (SchemaState.FOREIGN, SchemaState.DAMAGED):
                 raise refusal(locked, self.where)
             if locked.state is SchemaState.CURRENT:
                 return locked.revision

@@ -19,7 +19,7 @@ from tunesearch.db._queries import (
     kernel_from_row, result_from_row, trial_from_row,
 )
 from tunesearch.db._records import (
-    MAX_JSON_DEPTH, DeviceRecord, KernelRecord, ResultRecord, TrialRecord, json_depth,
+    MAX_JSON_DEPTH, MAX_TIME_S, DeviceRecord, KernelRecord, ResultRecord, TrialRecord, json_depth,
 )
 
 FORMAT = "tunesearch-results"
@@ -124,6 +124,26 @@ class _Reader:
             raise self.fail(where, f"{name!r} must be {relation} {minimum}, got {value!r}")
         return value
 
+    def time(self, entry: Any, name: str, where: str, *, strictly: bool = False,
+             optional: bool = False) -> float | None:
+        """A time in seconds, from 0 (above 0, strictly) to MAX_TIME_S: more is no
+        measurement."""
+        value = self.at_least(entry, name, NUMBER, where, 0, strictly=strictly,
+                              optional=optional)
+        if value is not None and value > MAX_TIME_S:
+            raise self.fail(where, f"{name!r} must be at most {MAX_TIME_S:g} seconds, "
+                            f"got {value!r}")
+        return value
+
+    def config(self, entry: Any, where: str) -> dict:
+        """A config object; its "version", where it has one, is a positive integer (which
+        versions a release knows is the space's to say, when the config is used)."""
+        config = self.field(entry, "config", (dict,), where)
+        version = config.get("version", 1)
+        if type(version) is not int or version < 1:
+            raise self.fail(where, f"config version {version!r} is not a positive integer")
+        return config
+
     def moment(self, entry: Any, name: str, where: str) -> datetime:
         text = self.field(entry, name, (str,), where)
         try:
@@ -131,6 +151,15 @@ class _Reader:
         except ValueError:
             raise self.fail(where, f"{name!r} is not an ISO 8601 time: {text!r}") from None
         return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+    def unique(self, keys: list, name: str, what: str) -> set:
+        """The set of `keys`; refuses the document where one is given twice."""
+        seen: set = set()
+        for i, key in enumerate(keys):
+            if key in seen:
+                raise self.fail(f"{name}[{i}]", f"{what} {key!r} is given twice")
+            seen.add(key)
+        return seen
 
     def entries(self, document: dict, name: str) -> list:
         value = document.get(name, [])
@@ -147,7 +176,8 @@ def parse(document: Any, source: str) -> Exchange:
     read = _Reader(source)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise DatabaseError(f"{source}: not a tunesearch export (no \"format\": \"{FORMAT}\")")
-    if document.get("version") != VERSION:
+    version = document.get("version")
+    if type(version) is not int or version != VERSION:  # True == 1 in Python: not a version
         raise DatabaseError(f"{source}: export format version {document.get('version')!r} is not "
                             f"supported (this tunesearch reads version {VERSION})")
     kernels = []
@@ -165,8 +195,9 @@ def parse(document: Any, source: str) -> Exchange:
                               fingerprint=read.field(entry, "fingerprint", (dict,), where))
         devices.append(SeenDevice(device, read.moment(entry, "first_seen", where),
                                   read.moment(entry, "last_seen", where)))
-    kernel_keys = {kernel.key for kernel in kernels}
-    device_keys = {seen.device.key for seen in devices}
+    # a key given twice would be written twice, the second entry quietly replacing the first
+    kernel_keys = read.unique([kernel.key for kernel in kernels], "kernels", "key")
+    device_keys = read.unique([seen.device.key for seen in devices], "devices", "key")
 
     def owner(entry: Any, where: str) -> tuple[str, str]:
         kernel = read.field(entry, "kernel", (str,), where)
@@ -182,11 +213,12 @@ def parse(document: Any, source: str) -> Exchange:
         where = f"results[{i}]"
         # a best time must be a real measurement: zero would pin the kernel forever, since only
         # a strictly faster result replaces it; the others may be 0 ("unknown")
-        numbers = {"time_s": read.at_least(entry, "time_s", NUMBER, where, 0, strictly=True)}
+        numbers = {"time_s": read.time(entry, "time_s", where, strictly=True),
+                   "default_time_s": read.time(entry, "default_time_s", where)}
         numbers.update({name: read.at_least(entry, name, NUMBER, where, 0) for name in
-                        ("spread", "gflops", "gbps", "default_time_s", "speedup")})
+                        ("spread", "gflops", "gbps", "speedup")})
         result = ResultRecord(
-            config=read.field(entry, "config", (dict,), where), **numbers,
+            config=read.config(entry, where), **numbers,
             trials=read.at_least(entry, "trials", (int,), where, 0),
             sampler=read.field(entry, "sampler", (str,), where),
             tunesearch_version=read.field(entry, "tunesearch_version", (str,), where),
@@ -194,14 +226,15 @@ def parse(document: Any, source: str) -> Exchange:
             created=read.moment(entry, "created", where),
             verified=False)  # measured elsewhere, whatever the file says
         results.append((*owner(entry, where), result))
+    read.unique([(kernel, device) for kernel, device, _ in results], "results",
+                "(kernel, device)")
     trials = []
     for i, entry in enumerate(read.entries(document, "trials")):
         where = f"trials[{i}]"
         trial = TrialRecord(
             number=read.at_least(entry, "number", (int,), where, 0),
-            config=read.field(entry, "config", (dict,), where),
-            time_s=read.at_least(entry, "time_s", NUMBER, where, 0, strictly=True,
-                                 optional=True),
+            config=read.config(entry, where),
+            time_s=read.time(entry, "time_s", where, strictly=True, optional=True),
             error=read.field(entry, "error", (str,), where, optional=True))
         trials.append((*owner(entry, where), trial, read.moment(entry, "created", where)))
     return Exchange(tuple(kernels), tuple(devices), tuple(results), tuple(trials))

@@ -17,6 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect
 
 from tunesearch.db._errors import DatabaseError
+from tunesearch.db._models import Base
 
 ALEMBIC_DIR = Path(__file__).resolve().with_name("alembic")
 
@@ -51,12 +52,30 @@ class SchemaState(enum.Enum):
     OLD = "old"          # an older revision: upgraded when opened
     NEWER = "newer"      # a revision this code does not know: written by a newer tunesearch
     FOREIGN = "foreign"  # tables, but not ours
+    DAMAGED = "damaged"  # at head, but a table or column of head is missing
 
 
 @dataclass(frozen=True)
 class Schema:
     revision: str | None
     state: SchemaState
+    missing: str = ""  # what a damaged schema lacks, e.g. "table 'trials'"
+
+
+def missing_at_head(connection: Connection) -> str:
+    """The first table or column of this code's schema that the database lacks ("" when none):
+    a database at head whose table was dropped would otherwise fail halfway through a command,
+    after it had written."""
+    inspector = inspect(connection)
+    tables = set(inspector.get_table_names())
+    for table in Base.metadata.sorted_tables:
+        if table.name not in tables:
+            return f"table {table.name!r}"
+        columns = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in columns:
+                return f"column {table.name}.{column.name}"
+    return ""
 
 
 def inspect_schema(connection: Connection) -> Schema:
@@ -66,6 +85,9 @@ def inspect_schema(connection: Connection) -> Schema:
         has_tables = bool(inspect(connection).get_table_names())
         return Schema(None, SchemaState.FOREIGN if has_tables else SchemaState.NEW)
     if revision == head_revision():
+        missing = missing_at_head(connection)
+        if missing:
+            return Schema(revision, SchemaState.DAMAGED, missing)
         return Schema(revision, SchemaState.CURRENT)
     if revision in known_revisions():
         return Schema(revision, SchemaState.OLD)
@@ -77,6 +99,10 @@ def refusal(schema: Schema, where: str) -> DatabaseError | None:
     if schema.state is SchemaState.FOREIGN:
         return DatabaseError(f"{where} is not a tunesearch database: it has tables but no "
                              "alembic_version")
+    if schema.state is SchemaState.DAMAGED:
+        return DatabaseError(f"database {where} is damaged: its schema is at {schema.revision} "
+                             f"but {schema.missing} is missing; restore it from a backup or "
+                             "use another database")
     if schema.state is SchemaState.NEWER:
         return DatabaseError(f"cannot save: database {where} is at revision {schema.revision!r}, "
                              f"newer than this tunesearch knows ({head_revision()}); "

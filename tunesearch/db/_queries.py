@@ -15,7 +15,8 @@ from sqlalchemy import Connection, Row, and_, case, false, insert, or_, select, 
 
 from tunesearch.db._models import Device, Kernel, Result, Trial
 from tunesearch.db._records import (
-    DeviceRecord, KernelRecord, ResultRecord, TrialRecord, dump_json_object, load_json_object,
+    DeviceRecord, KernelRecord, ResultRecord, TrialRecord, dump_json_object, is_time,
+    load_json_object,
 )
 
 log = logging.getLogger(__name__)
@@ -150,11 +151,11 @@ def result_from_row(row: Row) -> ResultRecord | None:
         log.warning("ignoring a stored result whose config is not a JSON object: %.80r",
                     row.config)
         return None
-    if not _number(row.time_s, positive=True) or not all(
-            _number(value) for value in (row.spread, row.gflops, row.gbps, row.default_time_s,
-                                         row.speedup, row.trials)):
-        log.warning("ignoring a stored result whose time is not a positive, finite number: "
-                    "time_s=%r", row.time_s)
+    if not is_time(row.time_s, positive=True) or not is_time(row.default_time_s) or not all(
+            _number(value) for value in (row.spread, row.gflops, row.gbps, row.speedup,
+                                         row.trials)):
+        log.warning("ignoring a stored result whose numbers no measurement gives: time_s=%r, "
+                    "default_time_s=%r", row.time_s, row.default_time_s)
         return None
     return ResultRecord(
         config=config, time_s=row.time_s, spread=row.spread, gflops=row.gflops, gbps=row.gbps,
@@ -167,5 +168,9 @@ def trial_from_row(row: Row) -> TrialRecord | None:
     config = load_json_object(row.config)
     if config is None:
         log.warning("ignoring a stored trial whose config is not a JSON object: %.80r", row.config)
+        return None
+    if row.time_s is not None and not is_time(row.time_s):
+        log.warning("ignoring a stored trial whose time no measurement gives: time_s=%r",
+                    row.time_s)
         return None
     return TrialRecord(row.number, config, row.time_s, row.error, getattr(row, "created", None))

@@ -145,13 +145,26 @@ def load_json_object(text: str) -> dict | None:
     return value
 
 
+# No kernel run lasts an hour: the runner's hard timeout ends one long before. A longer stored
+# time is not a measurement but damage (1e300 would sit in every sum and ratio).
+MAX_TIME_S = 3600.0
+
+
+def is_time(value: object, *, positive: bool = False) -> bool:
+    """A number of seconds a measurement can give: finite, from 0 (above 0 for a measured
+    best: zero would beat every real measurement forever) to MAX_TIME_S; a NaN would make every
+    comparison false."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) \
+        and math.isfinite(value) and (value > 0 if positive else value >= 0) \
+        and value <= MAX_TIME_S
+
+
 def check_time(value: float | None, what: str, *, optional: bool = False,
                positive: bool = False) -> None:
-    """Times are finite and non-negative (positive, for a measured best: a time of zero would
-    beat every real measurement forever); a NaN would make every comparison false."""
+    """Refuse a time that `is_time` refuses (None passes where `optional`)."""
     if value is None and optional:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0 or positive and value <= 0:
-        kind = "positive" if positive else "finite"
-        raise ValueError(f"{what} must be a {kind} time in seconds, got {value!r}")
+    if not is_time(value, positive=positive):
+        kind = "positive" if positive else "non-negative"
+        raise ValueError(f"{what} must be a {kind} time of at most {MAX_TIME_S:g} seconds, "
+                         f"got {value!r}")

@@ -28,8 +28,9 @@ configs and fingerprints are JSON objects (data, never code)::
                  "time_s": 0.004, "error": null, "created": "..."}]}
 
 Importing keeps the faster of the stored and the imported result per (kernel, device), adds the
-trials not already stored, and refuses (changing nothing) a file of another format or version, or
-one whose numbers no measurement gives (a time of zero, an integer past 64 bits). An imported or
+trials not already stored, and refuses (changing nothing) a file of another format or version,
+one whose numbers no measurement gives (a time of zero or above an hour, an integer past 64 bits),
+or one that gives a kernel, a device or a (kernel, device) result twice. An imported or
 merged result is not verified here (`verified` in the file is informational): the next search of
 its kernel on this device measures it again, and its result replaces the imported one.
 """
@@ -137,8 +138,9 @@ class Store(Database):
     def _snapshot(self) -> dict:
         return self.read(_exchange.snapshot, options=self._backend.snapshot_options)
 
-    def _absorb(self, exchange: _exchange.Exchange) -> int:
-        """Write a validated document in one transaction; returns the results that won."""
+    def absorb(self, exchange: _exchange.Exchange) -> int:
+        """Write a validated document (`read_export`, `read_database`) in one transaction;
+        returns the results that won."""
         insert = self.insert
 
         def work(connection: Connection) -> int:
@@ -179,26 +181,12 @@ class Store(Database):
     def import_(self, path: str | os.PathLike) -> int:
         """Merge an export file in; returns how many of its results became the stored best."""
         self._check_writable()  # before reading the file: its problems come second
-        source = str(path)
-        try:
-            document = json.loads(Path(path).read_text(encoding="utf-8"),
-                                  parse_constant=_reject_constant)
-        except OSError as err:
-            raise DatabaseError(f"cannot read {source}: {err.strerror or err}") from err
-        except ValueError as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise DatabaseError(f"{source}: not a tunesearch export ({err})") from err
-        except RecursionError:
-            raise DatabaseError(f"{source}: not a tunesearch export (JSON nested too deeply)"
-                                ) from None
-        return self._absorb(_exchange.parse(document, source))
+        return self.absorb(read_export(path))
 
     def merge(self, other_url: str | os.PathLike) -> int:
         """Take in another database (opened read-only); returns its results that won here."""
         self._check_writable()
-        with Store(other_url, readonly=True) as other:
-            document = other._snapshot()
-            source = other.where
-        return self._absorb(_exchange.parse(document, source))
+        return self.absorb(read_database(other_url))
 
     # -- inspection and upkeep -------------------------------------------------------------
 
@@ -327,3 +315,26 @@ class Store(Database):
             return removed
 
         return self.write(work)
+
+
+def read_export(path: str | os.PathLike) -> _exchange.Exchange:
+    """An export file, read and validated whole (`DatabaseError` naming it on the first
+    problem), so that a command can refuse it before it opens or creates its database."""
+    source = str(path)
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"),
+                              parse_constant=_reject_constant)
+    except OSError as err:
+        raise DatabaseError(f"cannot read {source}: {err.strerror or err}") from err
+    except ValueError as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DatabaseError(f"{source}: not a tunesearch export ({err})") from err
+    except RecursionError:
+        raise DatabaseError(f"{source}: not a tunesearch export (JSON nested too deeply)"
+                            ) from None
+    return _exchange.parse(document, source)
+
+
+def read_database(url: str | os.PathLike) -> _exchange.Exchange:
+    """Everything another database holds (opened read-only), validated as an export is."""
+    with Store(url, readonly=True) as other:
+        return _exchange.parse(other._snapshot(), other.where)

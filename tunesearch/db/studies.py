@@ -1,4 +1,5 @@
-"""The Optuna studies of a database: where they live, the storage that opens them, and closing
+"""The Optuna studies of a database: where they live, the storage that opens them (with trial
+heartbeats: `tunesearch.search.resume` fails the trials whose heartbeat stopped), and closing
 the trials a dead worker left running.
 
     storage = study_storage(url)           # an optuna.storages.RDBStorage beside database url
@@ -30,6 +31,11 @@ if TYPE_CHECKING:
     import optuna
 
 STUDIES_SCHEMA = "optuna"  # PostgreSQL schema of the Optuna studies
+# A search records a heartbeat for each open trial every HEARTBEAT_S; a trial whose heartbeat is
+# older than GRACE_S belongs to a process that died, and the next search of its study fails it
+# (the lease of a dead worker expires after as long)
+HEARTBEAT_S = 5
+GRACE_S = 30
 CREATE_ATTEMPTS = 3  # the first use by several processes at once: one creates the tables
 CREATE_DELAY_S = 0.5
 
@@ -67,9 +73,11 @@ def ensure_studies_schema(database: Database) -> None:
     database.write(work)
 
 
-def study_storage(db_url: str | os.PathLike | None = None) -> optuna.storages.RDBStorage:
+def study_storage(db_url: str | os.PathLike | None = None, *, heartbeat_s: int = HEARTBEAT_S,
+                  grace_s: int = GRACE_S) -> optuna.storages.RDBStorage:
     """The Optuna storage of the studies that belong to database `db_url` (None: the default
-    database); see `studies_url` for where they are."""
+    database); see `studies_url` for where they are. Its trials have heartbeats every
+    `heartbeat_s` (whole seconds, as Optuna takes them); one silent for `grace_s` is stale."""
     import optuna
 
     url = _studies_url(db_url)
@@ -81,6 +89,9 @@ def study_storage(db_url: str | os.PathLike | None = None) -> optuna.storages.RD
         lambda: optuna.storages.RDBStorage(url.render_as_string(hide_password=False),
                                            engine_kwargs=kwargs),
         retry_if=lambda err: True, attempts=CREATE_ATTEMPTS, delay_s=CREATE_DELAY_S)
+    # set as the attributes they become: the arguments warn that they are experimental, and
+    # silencing that warning is not safe while other threads open storages
+    storage.heartbeat_interval, storage.grace_period = heartbeat_s, grace_s
     adopt_engine(storage.engine, every_transaction_writes=True)
     return storage
 
@@ -92,7 +103,10 @@ def fail_running_trials(storage: optuna.storages.BaseStorage, name: str) -> None
 
     try:
         study = optuna.load_study(study_name=name, storage=storage)
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     except KeyError:
         return
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    except (ArithmeticError, TypeError, ValueError):  # rows Optuna cannot read back: the
+        return  # search of the study leaves them out (tunesearch.search.resume)
+    for trial in running:
         study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)

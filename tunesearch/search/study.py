@@ -20,11 +20,14 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
+from tunesearch.db import MAX_TIME_S
 from tunesearch.errors import ctrl_c_pressed
 from tunesearch.graph.kernel import Kernel
 from tunesearch.search.measure import Measurer
+from tunesearch.search.resume import TrialHeartbeats, open_study, rdb_storage
 from tunesearch.search.results import ERROR_KINDS, Budget, MeasureResult, SearchResult, Trial
 from tunesearch.search.samplers import DEFAULT_SAMPLER, make_sampler
 from tunesearch.space.config import Config, ConfigError
@@ -101,12 +104,17 @@ def _tell(study: optuna.Study, trial: optuna.Trial, result: MeasureResult, measu
     (with a penalty value for samplers that know no constraints), so samplers learn to stay
     away from where configs fail instead of ignoring those trials."""
     # one attribute, not seven: each is a write of its own in a database storage
-    trial.set_user_attr(RESULT_ATTR, {
-        "config": result.config.to_json(), "error": result.error, "message": result.message[:2000],
-        "max_error": result.max_error, "spread": result.spread, "repeats": result.repeats,
-        "measured": measured})
-    trial.set_constraint("failed", 0.0 if result.ok else 1.0)
-    study.tell(trial, result.time_s if result.ok else penalty)
+    try:
+        trial.set_user_attr(RESULT_ATTR, {
+            "config": result.config.to_json(), "error": result.error,
+            "message": result.message[:2000], "max_error": result.max_error,
+            "spread": result.spread, "repeats": result.repeats, "measured": measured})
+        trial.set_constraint("failed", 0.0 if result.ok else 1.0)
+        study.tell(trial, result.time_s if result.ok else penalty)
+    except UpdateFinishedTrialError:
+        # failed meanwhile by another process, which took this one for dead (its heartbeat
+        # stopped, as when it was suspended): the measurement still counts in this search
+        pass
 
 
 def _from_history(frozen: optuna.trial.FrozenTrial) -> MeasureResult | None:
@@ -121,7 +129,8 @@ def _from_history(frozen: optuna.trial.FrozenTrial) -> MeasureResult | None:
     if attrs.get("error") in ERROR_KINDS:
         return MeasureResult.failed(config, attrs["error"], attrs.get("message") or "",
                                     attrs.get("max_error"))
-    if frozen.value is None or not math.isfinite(frozen.value) or frozen.value <= 0:
+    if frozen.value is None or not math.isfinite(frozen.value) or not \
+            0 < frozen.value <= MAX_TIME_S:  # a row is data: a tampered time is no measurement
         return None
     return MeasureResult(config, frozen.value, attrs.get("spread") or 0.0,
                          max_error=attrs.get("max_error"), repeats=attrs.get("repeats") or 0)
@@ -219,10 +228,12 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
     built = make_sampler(sampler, seed, budget.trials)
     notes += built.notes
     codec = _Codec(tuple(params))
-    study = optuna.create_study(study_name=study_name(kernel, device_key), storage=storage,
-                                sampler=built.sampler, direction="minimize", load_if_exists=True)
+    storage = rdb_storage(storage)
+    # trials of dead processes are failed; rows Optuna cannot read back leave the study in memory
+    study, history = open_study(study_name(kernel, device_key), storage, built.sampler)
     state = _Search(budget, clock)
-    for frozen in study.get_trials(deepcopy=False):  # a resumed study: its trials count
+    beats = TrialHeartbeats(storage)
+    for frozen in history:  # a resumed study: its trials count
         known = _from_history(frozen)
         # the storage is data like the results: a config that does not fit is never built
         if known is not None and space.validate(known.config) is None:
@@ -236,7 +247,7 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
             if start not in state.history and params and space.validate(start) is None:
                 study.enqueue_trial(params, skip_if_exists=True)
         if default_result is not None:  # measured by the caller: it answers trial 0 at once
-            trial = study.ask()
+            trial = beats.ask(study)
             if space.config_from(codec.suggest(trial)) == default:
                 _tell(study, trial, default_result, True, state.penalty())
                 state.record(trial.number, default_result, True)
@@ -246,10 +257,12 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
                 # a lie. It is closed unanswered; the default's time still counts here
                 study.tell(trial, state=TrialState.FAIL)
                 state.known(default_result)
+            beats.discard(trial)
     stopped_by, pending = None, []
+    beats.start()
     try:
         while (stopped_by := state.stop_reason(built.sampler)) is None:
-            _one_batch(study, codec, space, kernel, measurer, state, on_trial, pending)
+            _one_batch(study, codec, space, kernel, measurer, state, on_trial, pending, beats)
     except KeyboardInterrupt:
         stopped_by = "interrupted"
     finally:
@@ -257,6 +270,7 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
         # a Ctrl-C, but not yet taken off the list, is finished already and stays as it is)
         for trial in pending:
             study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        beats.stop()
     best = state.best
     default_ok = state.history.get(default)
     default_ok = default_ok if default_ok is not None and default_ok.ok else None
@@ -270,7 +284,7 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
 
 
 def _one_batch(study, codec, space, kernel, measurer, state: _Search, on_trial,
-               pending: list) -> None:
+               pending: list, beats: TrialHeartbeats) -> None:
     """Ask until the batch holds batch_size new configs (or the sampler only repeats itself),
     measure the new ones together, tell every trial. `pending` holds the trials asked and not
     yet told, so an interrupted batch can close them."""
@@ -280,7 +294,7 @@ def _one_batch(study, codec, space, kernel, measurer, state: _Search, on_trial,
     asked: list[tuple[optuna.Trial, Config, str | None]] = []
     new: list[Config] = []
     while len(new) < room and state.since_new + len(asked) - len(new) < STALL_LIMIT:
-        trial = study.ask()
+        trial = beats.ask(study)
         pending.append(trial)
         config = space.config_from(codec.suggest(trial))
         seen = config in state.history or config in new
@@ -300,6 +314,7 @@ def _one_batch(study, codec, space, kernel, measurer, state: _Search, on_trial,
             result, measured = MeasureResult.failed(config, "invalid", reason or "invalid"), False
         _tell(study, trial, result, measured, state.penalty())
         pending.remove(trial)
+        beats.discard(trial)
         state.record(trial.number, result, measured)
         if on_trial is not None:
             on_trial(state.trials[-1], state.best, state.measured)

@@ -32,6 +32,16 @@ def _freeze(value: Any) -> Any:
     raise ConfigError(f"knob values are integers or lists of integers, not {value!r}")
 
 
+def check_version(data: Mapping) -> None:
+    """Refuse (ConfigError) stored config data whose "version" this code does not know. A
+    config of an older space version stays valid; one of a newer release, or a tampered value
+    (a string, 999), means knobs this code may misread. Data without a version is current."""
+    version = data.get("version", SPACE_VERSION)
+    if type(version) is not int or not 1 <= version <= SPACE_VERSION:
+        raise ConfigError(f"config version {version!r} is not one this tunesearch knows "
+                          f"(1 to {SPACE_VERSION})")
+
+
 @dataclass(frozen=True)
 class Config:
     """Knob name -> int or tuple of ints, sorted by name.
@@ -73,6 +83,7 @@ class Config:
             raise ConfigError(f"config is not JSON: {exc}") from None
         if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
             raise ConfigError("config must be an object with a 'knobs' object")
+        check_version(data)
         return Config.make(data["knobs"])
 
     def __str__(self) -> str:
