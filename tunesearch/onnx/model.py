@@ -24,6 +24,7 @@ import tunesearch.onnx.nn  # noqa: F401
 import tunesearch.onnx.reduce  # noqa: F401
 import tunesearch.onnx.shape  # noqa: F401
 from tunesearch.onnx import regions, rewrite
+from tunesearch.onnx.declared import check_declared
 from tunesearch.onnx.files import read_model
 from tunesearch.onnx.plan import Plan
 from tunesearch.onnx.registry import OPS, NodeContext, OnnxImportError, internal_dtype, producible
@@ -80,6 +81,7 @@ class OnnxModel:
 
     def __init__(self, proto: onnx.ModelProto, input_shapes: Optional[dict[str, tuple]] = None,
                  device: Optional[str] = None, lookup: Optional[TunedConfigs] = None):
+        check_declared(proto)  # before any work: what the model declares is what it holds
         self.proto = proto
         self.device = device or settings.default_device()
         self.lookup = default_lookup() if lookup is None else lookup
