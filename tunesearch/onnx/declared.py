@@ -18,6 +18,7 @@ import onnx
 from onnx import TensorProto
 
 from tunesearch.onnx.registry import OnnxImportError
+from tunesearch.onnx.signature import MAX_ELEMENTS
 
 
 class InvalidModelError(OnnxImportError):
@@ -78,6 +79,9 @@ def check_tensor_data(tensor: TensorProto) -> None:
                                 "define") from None
     if any(d < 0 for d in tensor.dims):
         raise InvalidModelError(f"{label} has dims {list(tensor.dims)}: a dim is never negative")
+    if any(d > MAX_ELEMENTS for d in tensor.dims):  # even with no elements, past any index
+        raise InvalidModelError(f"{label} has dims {list(tensor.dims)}: a dim past "
+                                f"{MAX_ELEMENTS}, which kernels cannot index (32-bit indices)")
     count = math.prod(tensor.dims)
     shape = "x".join(map(str, tensor.dims)) or "a scalar"
     stored = next((f for f in _FIELDS if len(getattr(tensor, f))), None)

@@ -126,9 +126,10 @@ def bind_inputs(declared: list, given: dict[str, tuple]) -> tuple[list[ValueInfo
         if any(d < 0 for d in bound[v.name]):
             raise OnnxImportError(f"input '{v.name}' has shape {bound[v.name]}: a dimension is "
                                   "a size, never negative")
-        if math.prod(bound[v.name]) > MAX_ELEMENTS:
+        if math.prod(bound[v.name]) > MAX_ELEMENTS or any(d > MAX_ELEMENTS
+                                                          for d in bound[v.name]):
             raise OnnxImportError(f"input '{v.name}' has shape {bound[v.name]}: more than "
-                                  f"{MAX_ELEMENTS} elements, which kernels cannot index "
-                                  "(32-bit indices)")
+                                  f"{MAX_ELEMENTS} elements (or a dim past that), which "
+                                  "kernels cannot index (32-bit indices)")
         out.append(ValueInfo(v.name, bound[v.name], element_dtype(v)))
     return out, symbols
