@@ -2,6 +2,7 @@
 input shapes and replays the plan of kernels on each call (see the package's docstring)."""
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -26,6 +27,7 @@ import tunesearch.onnx.shape  # noqa: F401
 from tunesearch.onnx import regions, rewrite
 from tunesearch.onnx.declared import check_declared
 from tunesearch.onnx.files import read_model
+from tunesearch.onnx.memory import check_fits
 from tunesearch.onnx.plan import Plan
 from tunesearch.onnx.registry import OPS, NodeContext, OnnxImportError, internal_dtype, producible
 from tunesearch.onnx.signature import (ONNX_DOMAINS, ValueInfo, bind_inputs,
@@ -34,6 +36,9 @@ from tunesearch.onnx.signature import (ONNX_DOMAINS, ValueInfo, bind_inputs,
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.lookup import TunedConfigs
 from tunesearch.tensor import Tensor, default_lookup
+
+_DRAW_PIECE = 1 << 20  # random input values drawn at a time (even: see random_inputs)
+
 
 @dataclass(frozen=True)
 class GraphInfo:
@@ -140,14 +145,24 @@ class OnnxModel:
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Inputs of the bound shapes: normal floats, small non-negative ints, random bools."""
         rng = np.random.default_rng(seed)
+        check_fits(sum(math.prod(v.shape) * v.dtype.itemsize for v in self.inputs),
+                   "random inputs " + ", ".join(f"{v.name} ({'x'.join(map(str, v.shape))} "
+                                                f"{v.dtype})" for v in self.inputs))
         out = {}
         for v in self.inputs:
-            if v.dtype.kind == "f":
-                out[v.name] = rng.standard_normal(v.shape).astype(v.dtype)
-            elif v.dtype.kind in "iu":
-                out[v.name] = rng.integers(0, 4, v.shape).astype(v.dtype)
-            else:
-                out[v.name] = rng.random(v.shape) < 0.5
+            array = np.empty(v.shape, v.dtype)
+            flat = array.reshape(-1)
+            # drawn in pieces, so the draws' float64 or int64 never take the whole size again;
+            # the values are those of one draw of the whole (pieces of an even length)
+            for start in range(0, flat.size, _DRAW_PIECE):
+                n = min(_DRAW_PIECE, flat.size - start)
+                if v.dtype.kind == "f":
+                    flat[start:start + n] = rng.standard_normal(n)
+                elif v.dtype.kind in "iu":
+                    flat[start:start + n] = rng.integers(0, 4, n)
+                else:
+                    flat[start:start + n] = rng.random(n) < 0.5
+            out[v.name] = array
         return out
 
     def _plan_for(self, inputs: Optional[dict[str, Any]]):
@@ -233,10 +248,24 @@ class OnnxModel:
     def _plan(self, shapes: dict[str, tuple]) -> Plan:
         key = tuple((v.name, tuple(shapes[v.name])) for v in self.inputs)
         if key not in self._plans:
+            # each input twice (the caller's array, the plan's buffer), checked before the trace
+            # allocates the plan's; then with the largest kernel's buffers, or the outputs twice
+            # (the plan's buffers, the arrays a call returns), before the first run
+            dtypes = {v.name: np.dtype(internal_dtype(v.dtype).np) for v in self.inputs}
+            sizes = {name: math.prod(shape) * dtypes[name].itemsize for name, shape in key}
+            what = "inputs " + ", ".join(f"{name} ({'x'.join(map(str, shape)) or 'scalar'} "
+                                         f"{dtypes[name]})" for name, shape in key)
+            check_fits(2 * sum(sizes.values()), what)
             inputs, outs = self.trace(dict(key))
-            self._plans[key] = Plan(get_device(self.device), inputs, outs,
-                                    [v.dtype for v in self.outputs],
-                                    [v.name for v in self.outputs], lookup=self.lookup)
+            device = get_device(self.device)
+            plan = Plan(device, inputs, outs, [v.dtype for v in self.outputs],
+                        [v.name for v in self.outputs], lookup=self.lookup)
+            if device.host_memory:
+                returned = sum(math.prod(o.shape) * np.dtype(o.dtype.np).itemsize for o in outs
+                               if isinstance(o, Tensor))
+                check_fits(2 * sum(sizes.values()) + max(plan.largest_step_bytes(), 2 * returned),
+                           f"{what}, the model's kernels and outputs")
+            self._plans[key] = plan
         return self._plans[key]
 
     def trace(self, shapes: dict[str, tuple]) -> tuple[dict[str, Tensor], list[Any]]:
