@@ -5,7 +5,7 @@ opened or created, a bad value is one line on stderr and exit code 2.
     parser.add_argument("--trials", type=count("--trials"), default=40)
     parser.add_argument("--time-budget", type=seconds("--time-budget"))
 
-This module imports nothing from tunesearch but its errors, so every command group (the `db`
+This module imports nothing from tunesearch but its errors and path checks, so every command group (the `db`
 commands included) can use it.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, NoReturn
 
 from tunesearch.errors import EXIT_USER_ERROR, UsageError, one_line
+from tunesearch.paths import check_database, check_path
 
 SEED_LIMIT = 2 ** 32  # Optuna's samplers seed numpy's RandomState, which takes 0 .. 2**32 - 1
 INT32_LIMIT = 2 ** 31
@@ -39,7 +40,23 @@ class ArgumentParser(argparse.ArgumentParser):
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
     """The `--db URL` option that every command with a database takes, with one help text;
     None (not given) means the default database, which `tunesearch.db` resolves."""
-    parser.add_argument("--db", metavar="URL", default=None, help=DB_HELP)
+    parser.add_argument("--db", metavar="URL", default=None, type=database("--db"),
+                        help=DB_HELP)
+
+
+def database(name: str) -> Callable[[str], str]:
+    """An argparse type: a database URL or SQLite file whose name the system and SQLAlchemy's
+    URLs can take (UTF-8, names within the file system's length)."""
+
+    def parse(text: str) -> str:
+        try:
+            check_database(text, name)
+        except UsageError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return text
+
+    parse.__name__ = "database"
+    return parse
 
 
 def check_kept_database(url: str | None, what: str) -> None:
@@ -114,6 +131,7 @@ def check_new_file(path: str | os.PathLike, flag: str) -> None:
     must exist."""
     if not str(path).strip():
         raise UsageError(f"{flag} needs a file name, not an empty one")
+    check_path(path, flag)
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
