@@ -9,7 +9,9 @@ kind, a shape the model does not take) is a one-line `InputError`, raised before
 from __future__ import annotations
 
 import os
+import struct
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -18,6 +20,10 @@ from tunesearch.errors import InputError, UsageError
 # the kinds of numpy dtype that may feed an input of each kind: a float input takes floats
 # (float64 is rounded to float32, as numpy would), never integers or booleans
 _KINDS = {"f": "f", "i": "iu", "u": "iu", "b": "b"}
+# what zipfile and numpy raise for a damaged archive: an entry that claims encryption
+# (RuntimeError) or a compression zipfile lacks (NotImplementedError), a bad deflate stream
+_DAMAGED = (OSError, ValueError, EOFError, zipfile.BadZipFile, RuntimeError, NotImplementedError,
+            zlib.error, struct.error)
 
 
 def read_inputs(path: str | os.PathLike, model) -> dict[str, np.ndarray]:
@@ -26,7 +32,7 @@ def read_inputs(path: str | os.PathLike, model) -> dict[str, np.ndarray]:
         archive = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise InputError(f"cannot read inputs {path}: no such file") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+    except _DAMAGED as err:
         raise InputError(f"cannot read inputs {path}: not an .npz archive ({err})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise InputError(f"cannot read inputs {path}: a single .npy array, not an .npz archive "
@@ -34,7 +40,7 @@ def read_inputs(path: str | os.PathLike, model) -> dict[str, np.ndarray]:
     try:
         with archive:
             arrays = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+    except _DAMAGED as err:
         raise InputError(f"cannot read inputs {path}: {err}") from None
     names = [v.name for v in model.inputs]
     missing = [name for name in names if name not in arrays]
