@@ -60,8 +60,20 @@ def _build(folder: Path) -> None:
         entry.key, entry.value = key, value
     models["external_range_short"] = _model(add, [weight])
     (folder / "w.bin").write_bytes(raw)
+    _archive_declaring(folder / "huge_inputs.npz", (200000, 100000))
     for name, proto in models.items():
         (folder / f"{name}.onnx").write_bytes(proto.SerializeToString())
+
+
+def _archive_declaring(path: Path, shape: tuple[int, ...]) -> None:
+    """An .npz archive of a few bytes whose array declares `shape` (74.5 GiB of float32)."""
+    import io
+    import zipfile
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": shape})
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("x.npy", header.getvalue() + bytes(1 << 16))
 
 
 M = "{dir}/fine.onnx"
@@ -81,6 +93,8 @@ CASES = [
     ("input shape given twice", ("run", "{dir}/dynamic.onnx", "--input-shape", "x=2x4",
                                  "--input-shape", "x=3x4"), ("--input-shape", "'x'"), {}),
     ("inputs past memory", ("run", "{dir}/many_huge_inputs.onnx"), ("memory", "GiB"), {}),
+    ("npz declaring a huge array", ("run", M, "--inputs", "{dir}/huge_inputs.npz"),
+     ("'x'", "(200000, 100000)"), {}),
     # paths the system or the database cannot take
     ("db not UTF-8", ("run", M, "--db", "{dir}/" + SURROGATE + ".db"), ("--db", "UTF-8"), {}),
     ("db name too long", ("db", "ls", "--db", "{dir}/" + LONG + ".db"), ("--db", "longer"), {}),
