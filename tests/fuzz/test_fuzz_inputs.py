@@ -1,6 +1,6 @@
-"""Malformed .npz inputs and settings through `tunesearch run`: arrays of any name, dtype and
-shape, archives cut short or with bytes flipped, and every setting with values in and out of its
-range. Each must be refused in one line (exit 2) or run (exit 0), and change no file but the
+"""Malformed .npz inputs, --input-shape arguments and settings through `tunesearch run`: arrays
+of any name, dtype and shape, archives cut short or with bytes flipped, shapes of any text (given
+twice too), and every setting with values in and out of its range. Each must be refused in one line (exit 2) or run (exit 0), and change no file but the
 outputs asked for."""
 from __future__ import annotations
 
@@ -91,3 +91,33 @@ def test_settings_out_of_range_are_refused_in_one_line(values):
         env = {"TUNESEARCH_NODB": "1", **values}
         graph = ("tunesearch_graph.dot", "tunesearch_graph.svg", "tunesearch_graph.png")
         run_cli(["run", str(model), "--repeat", "1"], folder, env=env, may_change=graph).check()
+
+
+def _dynamic_model(folder: Path) -> Path:
+    """y = relu(x) for x of shape Nx4, N given by --input-shape."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", 1, ["n", 4])],
+                              [helper.make_tensor_value_info("y", 1, None)])
+    path = folder / "dynamic.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), path)
+    return path
+
+
+# dims either small (a run stays quick) or past what kernels index (refused before any work)
+DIM_TEXT = st.one_of(st.integers(-2, 16), st.integers(2 ** 31, 2 ** 70)).map(str) | \
+    st.sampled_from(["", "-0", "0x10", "1e3", " 2", "N", "٣"])
+SHAPES = st.builds(lambda name, dims, sep: f"{name}={sep.join(dims)}",
+                   st.sampled_from(["x", "y", "", "x=x"]), st.lists(DIM_TEXT, max_size=3),
+                   st.sampled_from(["x", "X", ","]))
+
+
+@fuzz_settings(examples=30)
+@given(shapes=st.lists(SHAPES, min_size=1, max_size=2))
+def test_input_shapes_are_refused_in_one_line_or_run(shapes):
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        argv = ["run", str(_dynamic_model(folder)), "--repeat", "1"]
+        for shape in shapes:
+            argv += ["--input-shape", shape]
+        run_cli(argv, folder, env={"TUNESEARCH_NODB": "1"}).check()
