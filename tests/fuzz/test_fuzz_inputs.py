@@ -1,7 +1,7 @@
 """Malformed .npz inputs, --input-shape arguments and settings through `tunesearch run`: arrays
 of any name, dtype and shape, archives cut short or with bytes flipped, shapes of any text (given
-twice too), and every setting with values in and out of its range. Each must be refused in one line (exit 2) or run (exit 0), and change no file but the
-outputs asked for."""
+twice too), and every setting with values in and out of its range. Each must be refused in one
+line (exit 2) or run (exit 0), and change no file but the outputs asked for."""
 from __future__ import annotations
 
 import io

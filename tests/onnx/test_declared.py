@@ -50,6 +50,9 @@ def test_raw_data_shorter_or_longer_than_the_shape():
     _refused(_model(ADD, [_weight(raw_data=raw[:12])]), "'w'", "12 bytes", "32")
     _refused(_model(ADD, [_weight(raw_data=raw + b"\0" * 8)]), "'w'", "40 bytes", "32")
     _refused(_model(ADD, [_weight(raw_data=raw[:13])]), "'w'", "13 bytes")
+    twice = _weight()
+    twice.float_data.extend(range(8))
+    _refused(_model(ADD, [twice]), "'w'", "raw_data and float_data")
 
 
 def test_typed_data_of_another_count_and_a_tensor_without_data():

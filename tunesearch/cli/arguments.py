@@ -5,8 +5,8 @@ opened or created, a bad value is one line on stderr and exit code 2.
     parser.add_argument("--trials", type=count("--trials"), default=40)
     parser.add_argument("--time-budget", type=seconds("--time-budget"))
 
-This module imports nothing from tunesearch but its errors and path checks, so every command group (the `db`
-commands included) can use it.
+This module imports nothing from tunesearch but its errors and path checks, so every command
+group (the `db` commands included) can use it.
 """
 from __future__ import annotations
 

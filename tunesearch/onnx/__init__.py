@@ -14,7 +14,8 @@ it). Kernels run with the tuned config for this device that the model's lookup f
 Bad input raises an OnnxImportError subclass with a one-line message: ModelNotFoundError,
 NotOnnxError, ExternalDataError (external data missing, out of range or outside the model's
 folder), InvalidModelError (opsets no ONNX release defines, tensor data that disagrees with its
-shape, a value written twice, an output nothing produces), UnsupportedOperatorError (every unsupported node, by name, in one message),
+shape, a value written twice, an output nothing produces), UnsupportedOperatorError (every
+unsupported node, by name, in one message),
 and UnboundDimensionError (a dynamic input dimension without a shape from `input_shapes`).
 Inputs that do not fit a loaded model raise InputError. Zero-size tensors are valid ONNX and run:
 a kernel with an empty output computes nothing.
@@ -39,5 +40,6 @@ from tunesearch.onnx.signature import MAX_ELEMENTS, ONNX_DOMAINS, ValueInfo
 
 __all__ = ["load", "OnnxModel", "ValueInfo", "GraphInfo", "Profile", "OnnxImportError",
            "ModelNotFoundError", "NotOnnxError", "UnsupportedOperatorError",
-           "UnboundDimensionError", "UnsupportedTypeError", "ExternalDataError", "InvalidModelError",
+           "UnboundDimensionError", "UnsupportedTypeError", "ExternalDataError",
+           "InvalidModelError",
            "supported_operators"]

@@ -4,10 +4,11 @@ the names of its graph (each value written once, every output produced).
 
     check_declared(proto)      # raises a one-line OnnxImportError subclass, or returns None
 
-The onnx checker runs where it applies to a model tunesearch loads (each tensor: its data type,
-dims and data fields); the whole-model checker does not, since it refuses models onnxruntime and
-tunesearch run (outputs declared without a shape). What it lets pass (unknown data types, data
-longer than the shape, opsets past the newest release) is checked here.
+The onnx checker runs where it applies to a model tunesearch loads (each tensor kept in typed
+fields: its data type, dims and the field its values are in); the whole-model checker does not,
+since it refuses models onnxruntime and tunesearch run (outputs declared without a shape). What
+it lets pass (unknown data types, data longer than the shape, opsets past the newest release) is
+checked here.
 """
 from __future__ import annotations
 
@@ -97,6 +98,10 @@ def check_tensor_data(tensor: TensorProto) -> None:
     if want is not None and have != want:
         raise InvalidModelError(f"{label} of shape {shape} holds {have} {unit} of data; its "
                                 f"shape and type take {want}")
+    if tensor.HasField("raw_data"):
+        if stored is not None:
+            raise InvalidModelError(f"{label} holds its data twice, in raw_data and {stored}")
+        return  # its size is checked above; the checker would copy the data once more
     try:  # the rest: data in the field its type is stored in, one field only
         onnx.checker.check_tensor(tensor)
     except onnx.checker.ValidationError as err:
