@@ -67,6 +67,7 @@ def test_typed_data_of_another_count_and_a_tensor_without_data():
 def test_unknown_data_type_and_negative_dims():
     _refused(_model(ADD, [_weight(data_type=999)]), "'w'", "999")
     _refused(_model(ADD, [_weight(data_type=0)]), "'w'")
+    _refused(_model(ADD, [_weight(data_type=TensorProto.STRING)]), "'w'", "string_data")
     _refused(_model(ADD, [_weight(dims=[-8])]), "'w'", "negative")
 
 

@@ -99,6 +99,9 @@ def check_tensor_data(tensor: TensorProto) -> None:
         raise InvalidModelError(f"{label} of shape {shape} holds {have} {unit} of data; its "
                                 f"shape and type take {want}")
     if tensor.HasField("raw_data"):
+        if tensor.data_type == TensorProto.STRING:  # strings live in string_data only
+            raise InvalidModelError(f"{label} holds strings in raw_data; ONNX keeps them in "
+                                    "string_data")
         if stored is not None:
             raise InvalidModelError(f"{label} holds its data twice, in raw_data and {stored}")
         return  # its size is checked above; the checker would copy the data once more
@@ -110,7 +113,7 @@ def check_tensor_data(tensor: TensorProto) -> None:
 
 def _raw_bytes(data_type: int, count: int) -> int | None:
     if data_type == TensorProto.STRING:
-        return None  # the checker refuses raw strings
+        return None  # check_tensor_data refuses raw strings: they have no raw form
     if data_type in _BITS:
         return math.ceil(count * _BITS[data_type] / 8)
     return count * onnx.helper.tensor_dtype_to_np_dtype(data_type).itemsize
