@@ -72,7 +72,7 @@ def _mutated(document: dict, data) -> str:
     return text
 
 
-@fuzz_settings(examples=40)
+@fuzz_settings(examples=80)
 @given(data=st.data())
 def test_malformed_exports_are_refused_in_one_line_or_imported(exported, data):
     database, document = exported

@@ -58,7 +58,7 @@ def archives(draw) -> bytes:
     return data
 
 
-@fuzz_settings(examples=40)
+@fuzz_settings(examples=80)
 @given(archive=archives(), outputs=st.booleans())
 def test_malformed_inputs_are_refused_in_one_line_or_run(archive, outputs):
     with tempfile.TemporaryDirectory() as name:
@@ -82,7 +82,7 @@ SETTINGS = ["DEBUG", "GRAPH", "TUNESEARCH_NODB", "TUNESEARCH_TUNE", "TUNESEARCH_
             "TUNESEARCH_THREADS", "TUNESEARCH_OMP_SPIN", "TUNESEARCH_DEVICE"]
 
 
-@fuzz_settings(examples=40)
+@fuzz_settings(examples=60)
 @given(values=st.dictionaries(st.sampled_from(SETTINGS), VALUES, min_size=1, max_size=3))
 def test_settings_out_of_range_are_refused_in_one_line(values):
     with tempfile.TemporaryDirectory() as name:
@@ -112,7 +112,7 @@ SHAPES = st.builds(lambda name, dims, sep: f"{name}={sep.join(dims)}",
                    st.sampled_from(["x", "X", ","]))
 
 
-@fuzz_settings(examples=30)
+@fuzz_settings(examples=50)
 @given(shapes=st.lists(SHAPES, min_size=1, max_size=2))
 def test_input_shapes_are_refused_in_one_line_or_run(shapes):
     with tempfile.TemporaryDirectory() as name:

@@ -93,7 +93,7 @@ def _mutate(model: onnx.ModelProto, data) -> bytes:
     return serialized
 
 
-@fuzz_settings(examples=60)
+@fuzz_settings(examples=150)
 @given(kind=st.integers(0, 1), data=st.data())
 def test_malformed_models_are_refused_in_one_line_or_run(kind, data):
     with tempfile.TemporaryDirectory() as name:
@@ -104,7 +104,7 @@ def test_malformed_models_are_refused_in_one_line_or_run(kind, data):
                 env={"TUNESEARCH_NODB": "1"}).check()
 
 
-@fuzz_settings(examples=15)
+@fuzz_settings(examples=30)
 @given(data=st.data())
 def test_external_data_of_any_range_is_refused_in_one_line_or_loaded(data):
     """A weight kept in a file beside the model, with its offset and length drawn."""

@@ -77,7 +77,7 @@ def nodes(draw) -> tuple[list, list]:
                              dilations=draw(st.lists(SMALL, min_size=2, max_size=2)))], [weight]
 
 
-@fuzz_settings(examples=60)
+@fuzz_settings(examples=150)
 @given(drawn=nodes())
 def test_operator_settings_are_refused_in_one_line_or_run(drawn):
     node_list, constants = drawn
