@@ -134,7 +134,8 @@ def check_paths() -> None:
     cache folder and the database go into SQLite URLs and compiler command lines (UTF-8)."""
     from tunesearch.paths import check_database, check_path
     try:
-        check_path(cache_path(), "the cache folder (TUNESEARCH_CACHE)", utf8=True)
+        where = "TUNESEARCH_CACHE" if os.environ.get("TUNESEARCH_CACHE") else "XDG_CACHE_HOME, HOME"
+        check_path(cache_path(), f"the cache folder ({where})", utf8=True)
         if db_url():
             check_database(db_url(), "TUNESEARCH_DB")
         if graph():
