@@ -59,11 +59,17 @@ def check_types(values, role: str, accept) -> None:
         except TypeError:
             ok = False
         if not ok:
-            problems.append(f"{role} '{v.name}' has element type "
-                            f"{onnx.helper.tensor_dtype_to_string(elem).split('.')[-1]}")
+            problems.append(f"{role} '{v.name}' has element type {_type_name(elem)}")
     if problems:
         raise UnsupportedTypeError("unsupported types: " + "; ".join(problems) +
                                    " (tunesearch computes with float, int and bool tensors)")
+
+
+def _type_name(elem: int) -> str:
+    try:
+        return onnx.helper.tensor_dtype_to_string(elem).split(".")[-1]
+    except (KeyError, ValueError):  # a number no ONNX release gives a type
+        return f"{elem}, which ONNX does not define"
 
 
 def element_dtype(value: onnx.ValueInfoProto) -> np.dtype:
