@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.fuzz.counting import tried
 from tunesearch.cli import main
+from tunesearch.runtime import kernel_run
 
 # settings a case may not inherit from the shell that started the tests
 _CLEARED = ("DEBUG", "GRAPH", "GRAPH_PATH", "TUNESEARCH_DB", "TUNESEARCH_NODB", "TUNESEARCH_TUNE",
@@ -86,6 +87,9 @@ def run_cli(argv: list[str], folder: Path, env: dict[str, str] | None = None,
             except SystemExit as exit_:  # argparse refuses an argument this way
                 code = exit_.code if isinstance(exit_.code, int) else 1
     finally:
+        # a process renders its GRAPH=1 drawing when it exits, in its folder: this case's
+        # folder is gone by then, so the drawing is forgotten as the case's process would be
+        kernel_run._saved.clear()
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
