@@ -127,3 +127,15 @@ def test_an_element_type_no_onnx_release_defines():
     with pytest.raises(tox.UnsupportedTypeError) as err:
         tox.load(proto, device="reference")
     assert "'y'" in _one_line(err.value) and "999" in str(err.value)
+
+
+def test_a_node_naming_more_outputs_than_its_operator_makes():
+    """Split into one part (split=[5]) while the node names two outputs."""
+    split = helper.make_node("Split", ["x", "s"], ["y", "z"], axis=-1, name="cut")
+    graph = helper.make_graph([split], "g", [_float("x", [2, 5])],
+                              [_float("y", None), _float("z", None)],
+                              initializer=[helper.make_tensor("s", TensorProto.INT64, [1], [5])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    with pytest.raises(tox.OnnxImportError) as err:
+        tox.load(proto, device="reference")
+    assert "'cut'" in _one_line(err.value) and "1 output" in str(err.value)

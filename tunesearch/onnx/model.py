@@ -291,6 +291,9 @@ class OnnxModel:
             except Exception as exc:  # a shape or value the operator cannot take: one line
                 first = (str(exc).splitlines() or [type(exc).__name__])[0]
                 raise OnnxImportError(f"{node.op_type} node '{ctx.name}': {first}") from exc
+            if any(node.output[len(outs):]):  # names past what the operator makes
+                raise OnnxImportError(f"{node.op_type} node '{ctx.name}' makes {len(outs)} "
+                                      f"output(s); the model names {len(node.output)}")
             for name, value in zip(node.output, outs):
                 if name:
                     if isinstance(value, Tensor) and self._fanout[name] > 1 and \
