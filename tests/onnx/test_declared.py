@@ -139,3 +139,22 @@ def test_models_onnx_allows_still_load_and_match_onnxruntime(case):
                                            providers=["CPUExecutionProvider"])
     for name, value in zip([o.name for o in session.get_outputs()], session.run(None, {"x": x})):
         np.testing.assert_allclose(got[name], value, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kernel", [1, 2])
+def test_a_convolution_with_no_output_channels_runs_to_an_empty_output(kernel):
+    """Zero-size is valid ONNX: the CPU's default config is never asked for an empty kernel
+    (its cost model divided by the empty axis)."""
+    import onnxruntime
+    weight = numpy_helper.from_array(np.ones((0, 3, kernel, kernel), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[weight])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    x = np.ones((2, 3, 4, 5), np.float32)
+    got = tox.load(proto, device="cpu")(x)["y"]
+    session = onnxruntime.InferenceSession(proto.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    [want] = session.run(None, {"x": x})
+    assert got.shape == want.shape == (2, 0, 5 - kernel, 6 - kernel) and got.dtype == want.dtype
