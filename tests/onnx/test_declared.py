@@ -141,13 +141,14 @@ def test_models_onnx_allows_still_load_and_match_onnxruntime(case):
         np.testing.assert_allclose(got[name], value, rtol=1e-6)
 
 
-@pytest.mark.parametrize("kernel", [1, 2])
-def test_a_convolution_with_no_output_channels_runs_to_an_empty_output(kernel):
+@pytest.mark.parametrize("kernel, group", [(1, 1), (2, 1), (1, 3), (2, 3)])
+def test_a_convolution_with_no_output_channels_runs_to_an_empty_output(kernel, group):
     """Zero-size is valid ONNX: the CPU's default config is never asked for an empty kernel
-    (its cost model divided by the empty axis)."""
+    (its cost model divided by the empty axis), and an empty view reshapes to any shape."""
     import onnxruntime
-    weight = numpy_helper.from_array(np.ones((0, 3, kernel, kernel), np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "g",
+    weight = numpy_helper.from_array(np.ones((0, 3 // group, kernel, kernel), np.float32), "w")
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=group)
+    graph = helper.make_graph([conv], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               initializer=[weight])
