@@ -91,3 +91,9 @@ def postgres_url():
         subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
                         "stop"], capture_output=True, timeout=60)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# the count of generated fuzz cases, summed over xdist workers, in the run's summary
+from tests.fuzz.counting import (  # noqa: E402,F401
+    pytest_sessionfinish, pytest_terminal_summary, pytest_testnodedown,
+)

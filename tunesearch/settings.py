@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tunesearch.errors import SettingError
+from tunesearch.errors import SettingError, UserError
 
 MAX_THREADS = 4096  # more than any machine has: a larger value is a typo
+MAX_TRIALS = 2 ** 31 - 1  # the most trials --trials takes
 
 
 def _int(name: str, default: int, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -42,12 +43,16 @@ def default_device() -> str:
     return os.environ.get("TUNESEARCH_DEVICE", "").strip() or "cpu"
 
 
-def cache_dir() -> Path:
-    """Where compiled kernels and the default database live (XDG cache)."""
+def cache_path() -> Path:
+    """The cache folder's path (XDG cache), not created."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     xdg = xdg if xdg and os.path.isabs(xdg) else os.path.expanduser("~/.cache")
-    base = os.environ.get("TUNESEARCH_CACHE") or os.path.join(xdg, "tunesearch")
-    path = Path(base)
+    return Path(os.environ.get("TUNESEARCH_CACHE") or os.path.join(xdg, "tunesearch"))
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels and the default database live (XDG cache), created if needed."""
+    path = cache_path()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -68,7 +73,7 @@ def use_db() -> bool:
 
 def tune_on_miss() -> int:
     """TUNESEARCH_TUNE=N tunes a kernel with N trials when the runtime finds no record (off: 0)."""
-    return _int("TUNESEARCH_TUNE", 0, minimum=0)
+    return _int("TUNESEARCH_TUNE", 0, minimum=0, maximum=MAX_TRIALS)
 
 
 def graph_rewrites() -> bool:
@@ -111,6 +116,29 @@ def cuda_driver() -> str:
 
 def check() -> None:
     """Read every numeric setting once, so that a value out of its range is one line before a
-    command does any work, not an error halfway or a value quietly taken."""
+    command does any work, not an error halfway or a value quietly taken; the same for the
+    device's name and the paths settings give (see `check_paths`)."""
     for read in (debug, graph, use_db, tune_on_miss, graph_rewrites, cpu_threads, omp_spin):
         read()
+    device = os.environ.get("TUNESEARCH_DEVICE", "")
+    if device:
+        from tunesearch.runtime.device import DEVICES  # the registry, imported when asked
+        if device.split(":")[0].lower() not in DEVICES:
+            raise SettingError(f"environment variable TUNESEARCH_DEVICE={device!r} is not a "
+                               f"device; known devices: {', '.join(DEVICES)}")
+    check_paths()
+
+
+def check_paths() -> None:
+    """The paths settings give, checked for what the system and the database can take: the
+    cache folder and the database go into SQLite URLs and compiler command lines (UTF-8)."""
+    from tunesearch.paths import check_database, check_path
+    try:
+        where = "TUNESEARCH_CACHE" if os.environ.get("TUNESEARCH_CACHE") else "XDG_CACHE_HOME, HOME"
+        check_path(cache_path(), f"the cache folder ({where})", utf8=True)
+        if db_url():
+            check_database(db_url(), "TUNESEARCH_DB")
+        if graph():
+            check_path(graph_path(), "GRAPH_PATH")
+    except UserError as err:
+        raise SettingError(str(err)) from None

@@ -101,3 +101,41 @@ def test_calls_with_wrong_inputs():
         model(np.zeros((3, 2), np.float32))
     with pytest.raises(ValueError, match="missing"):
         model({})
+
+
+@pytest.mark.parametrize("op, attributes, words", [
+    ("MaxPool", {"kernel_shape": [-1]}, ("kernel [-1]", "2 spatial dims")),
+    ("MaxPool", {"kernel_shape": [2]}, ("kernel [2]",)),
+    ("AveragePool", {"kernel_shape": [2, 0]}, ("kernel [2, 0]",)),
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [1, 0]}, ("strides [1, 0]",)),
+    ("MaxPool", {"kernel_shape": [2, 2], "dilations": [1]}, ("dilations [1]",)),
+])
+def test_pool_geometry_out_of_range(op, attributes, words):
+    """A window that is empty, negative or of another rank than the input: one line at load,
+    never a kernel of a negative size for the compiler."""
+    node = helper.make_node(op, ["x"], ["y"], **attributes)
+    proto = _model([node], [_float("x", [2, 3, 4, 5])], [_float("y", None)], opset=18)
+    with pytest.raises(tox.OnnxImportError) as err:
+        tox.load(proto, device="cpu")
+    text = _one_line(err.value)
+    assert all(word in text for word in words), text
+
+
+def test_an_element_type_no_onnx_release_defines():
+    proto = _model([helper.make_node("Relu", ["x"], ["y"])], [_float("x", [2])],
+                   [helper.make_tensor_value_info("y", 999, None)])
+    with pytest.raises(tox.UnsupportedTypeError) as err:
+        tox.load(proto, device="reference")
+    assert "'y'" in _one_line(err.value) and "999" in str(err.value)
+
+
+def test_a_node_naming_more_outputs_than_its_operator_makes():
+    """Split into one part (split=[5]) while the node names two outputs."""
+    split = helper.make_node("Split", ["x", "s"], ["y", "z"], axis=-1, name="cut")
+    graph = helper.make_graph([split], "g", [_float("x", [2, 5])],
+                              [_float("y", None), _float("z", None)],
+                              initializer=[helper.make_tensor("s", TensorProto.INT64, [1], [5])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    with pytest.raises(tox.OnnxImportError) as err:
+        tox.load(proto, device="reference")
+    assert "'cut'" in _one_line(err.value) and "1 output" in str(err.value)

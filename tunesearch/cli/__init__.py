@@ -29,6 +29,7 @@ from tunesearch.cli.arguments import (
 )
 from tunesearch.cli.exit_codes import run_command
 from tunesearch.errors import UsageError, one_line
+from tunesearch.paths import check_path
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -75,6 +76,11 @@ def _load_model(args):
     if args.model.startswith("example:"):  # an export's dynamic axes: the exported shapes
         from tunesearch import examples
         shapes = examples.input_shapes(args.model.split(":", 1)[1])
+    given = [name for name, _ in args.input_shape or []]
+    twice = sorted({name for name in given if given.count(name) > 1})
+    if twice:  # the last one would win silently: the user meant one of them
+        raise UsageError(f"--input-shape gives input {', '.join(map(repr, twice))} more than "
+                         "once; give each input's shape once")
     shapes.update(dict(args.input_shape or []))
     return load(resolve_model(args.model), shapes, device=args.device)
 
@@ -196,6 +202,8 @@ def cmd_run(args) -> int:
     if args.outputs is not None:
         check_new_file(args.outputs, "--outputs")
     _check_graph_path()
+    if args.inputs is not None:
+        check_path(args.inputs, "--inputs")
     model = _load_model(args)
     inputs = read_inputs(args.inputs, model) if args.inputs else model.random_inputs(seed=0)
     # one rule for --db and TUNESEARCH_DB: a database that cannot be used is an error

@@ -5,8 +5,8 @@ opened or created, a bad value is one line on stderr and exit code 2.
     parser.add_argument("--trials", type=count("--trials"), default=40)
     parser.add_argument("--time-budget", type=seconds("--time-budget"))
 
-This module imports nothing from tunesearch but its errors, so every command group (the `db`
-commands included) can use it.
+This module imports nothing from tunesearch but its errors and path checks, so every command
+group (the `db` commands included) can use it.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from typing import Callable, NoReturn
 
 from tunesearch.cli.exit_codes import EXIT_USER_ERROR
 from tunesearch.errors import UsageError, one_line
+from tunesearch.paths import check_database, check_path
 
 SEED_LIMIT = 2 ** 32  # Optuna's samplers seed numpy's RandomState, which takes 0 .. 2**32 - 1
 INT32_LIMIT = 2 ** 31
@@ -40,7 +41,23 @@ class ArgumentParser(argparse.ArgumentParser):
 def add_db_argument(parser: argparse.ArgumentParser) -> None:
     """The `--db URL` option that every command with a database takes, with one help text;
     None (not given) means the default database, which `tunesearch.db` resolves."""
-    parser.add_argument("--db", metavar="URL", default=None, help=DB_HELP)
+    parser.add_argument("--db", metavar="URL", default=None, type=database("--db"),
+                        help=DB_HELP)
+
+
+def database(name: str) -> Callable[[str], str]:
+    """An argparse type: a database URL or SQLite file whose name the system and SQLAlchemy's
+    URLs can take (UTF-8, names within the file system's length)."""
+
+    def parse(text: str) -> str:
+        try:
+            check_database(text, name)
+        except UsageError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return text
+
+    parse.__name__ = "database"
+    return parse
 
 
 def check_kept_database(url: str | None, what: str) -> None:
@@ -115,6 +132,7 @@ def check_new_file(path: str | os.PathLike, flag: str) -> None:
     must exist."""
     if not str(path).strip():
         raise UsageError(f"{flag} needs a file name, not an empty one")
+    check_path(path, flag)
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
@@ -131,6 +149,7 @@ def resolve_model(text: str) -> Path:
             return examples.path(text.split(":", 1)[1])
         except FileNotFoundError as exc:
             raise UsageError(str(exc)) from None
+    check_path(text, "model")
     path = Path(text)
     if not path.exists():
         raise UsageError(f"model file not found: {text}")

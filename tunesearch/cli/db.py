@@ -25,7 +25,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from tunesearch.cli.arguments import MAX_DAYS, ArgumentParser, add_db_argument, integer, number
+from tunesearch.cli.arguments import (MAX_DAYS, ArgumentParser, add_db_argument, database,
+                                      integer, number)
 from tunesearch.cli.exit_codes import run_command
 from tunesearch.db import (
     DatabaseError, ResultRecord, Store, head_revision, read_database, read_export,
@@ -173,7 +174,7 @@ def _add_file(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_merge(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("other_url", metavar="OTHER_URL",
+    parser.add_argument("other_url", metavar="OTHER_URL", type=database("OTHER_URL"),
                         help="the database to take results from (opened read-only)")
 
 

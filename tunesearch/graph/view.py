@@ -123,6 +123,8 @@ class View:
             return self
         if prod(new_shape) != self.size:
             return None
+        if self.size == 0:  # no element is addressed: any strides do, the contiguous ones
+            return View.make(new_shape, strides_for(new_shape), self.offset)
         if self.mask is not None:
             return self._reshape_masked(new_shape)
         strides = _reshape_strides(self.shape, self.strides, new_shape)

@@ -144,6 +144,21 @@ class Plan:
         kernel_run.print_schedule(self.label, [step.kernel for step in steps],
                                   sum(step.choice.tuned for step in steps))
 
+    def largest_step_bytes(self) -> int:
+        """The bytes of the kernel whose output and intermediate operands (results of other
+        kernels) are the largest: buffers that must all exist while it runs, whatever the
+        pool shares (the model's inputs and weights not counted)."""
+        written = {id(item.out) for item in self.items}
+        most = 0
+        for item in self.items:
+            specs = item.kernel.buffers
+            held = {id(item.out): specs[0].size * specs[0].dtype.itemsize}
+            for spec, node in zip(specs[1:], item.inputs):
+                if id(node) in written:
+                    held[id(node)] = spec.size * spec.dtype.itemsize
+            most = max(most, sum(held.values()))
+        return most
+
     def constant_inputs(self) -> list[frozenset[int]]:
         """Per kernel, the indices of its input buffers that no kernel writes and no call feeds
         (the model's weights): their contents never change once the plan is built."""

@@ -13,7 +13,9 @@ it). Kernels run with the tuned config for this device that the model's lookup f
 
 Bad input raises an OnnxImportError subclass with a one-line message: ModelNotFoundError,
 NotOnnxError, ExternalDataError (external data missing, out of range or outside the model's
-folder), UnsupportedOperatorError (every unsupported node, by name, in one message),
+folder), InvalidModelError (opsets no ONNX release defines, tensor data that disagrees with its
+shape, a value written twice, an output nothing produces), UnsupportedOperatorError (every
+unsupported node, by name, in one message),
 and UnboundDimensionError (a dynamic input dimension without a shape from `input_shapes`).
 Inputs that do not fit a loaded model raise InputError. Zero-size tensors are valid ONNX and run:
 a kernel with an empty output computes nothing.
@@ -25,6 +27,7 @@ tracing), `regions.py` (values read by several nodes that stay in one kernel), `
 (reading a model and its external data). A model's calls replay a plan
 (`tunesearch.lowering.plan`).
 """
+from tunesearch.onnx.declared import InvalidModelError
 from tunesearch.onnx.files import ExternalDataError, read_model
 from tunesearch.onnx.model import GraphInfo, OnnxModel, Profile, load, supported_operators
 from tunesearch.onnx.registry import (OPS, ModelNotFoundError, NodeContext, NotOnnxError,
@@ -37,4 +40,5 @@ from tunesearch.onnx.signature import MAX_ELEMENTS, ONNX_DOMAINS, ValueInfo
 __all__ = ["load", "OnnxModel", "ValueInfo", "GraphInfo", "Profile", "OnnxImportError",
            "ModelNotFoundError", "NotOnnxError", "UnsupportedOperatorError",
            "UnboundDimensionError", "UnsupportedTypeError", "ExternalDataError",
+           "InvalidModelError",
            "supported_operators"]

@@ -30,8 +30,14 @@ def _spatial_pads(ctx, in_sp, kernel, strides, dilations) -> list[tuple[int, int
 def window_geometry(ctx, in_sp, kernel) -> tuple[list[int], list[int], list[tuple[int, int]]]:
     """strides, dilations and (before, after) pads of a conv or pool node."""
     n = len(kernel)
+    if n != len(in_sp) or any(k < 1 for k in kernel):
+        raise ctx.error(f"kernel {list(kernel)} does not fit the input's {len(in_sp)} spatial "
+                        "dims (one size of at least 1 for each)")
     strides = list(ctx.attr("strides", [1] * n))
     dilations = list(ctx.attr("dilations", [1] * n))
+    if len(strides) != n or len(dilations) != n or any(v < 1 for v in strides + dilations):
+        raise ctx.error(f"strides {strides} and dilations {dilations} need {n} values each, "
+                        "of at least 1")
     return strides, dilations, _spatial_pads(ctx, in_sp, kernel, strides, dilations)
 
 

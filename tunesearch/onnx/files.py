@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator
-
 import onnx
 from google.protobuf.message import DecodeError
 
+from tunesearch.onnx.declared import tensors
 from tunesearch.onnx.registry import ModelNotFoundError, NotOnnxError, OnnxImportError
 
 
@@ -45,7 +44,7 @@ def read_model(source) -> onnx.ModelProto:
         raise NotOnnxError(f"{label} is not an ONNX model ({exc})") from None
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
         raise NotOnnxError(f"{label} is not an ONNX model (no graph with outputs)")
-    external = [t for t in _tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    external = [t for t in tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
     if external:
         if base is None:
             raise ExternalDataError(f"{label}: tensor '{external[0].name}' keeps its data in a "
@@ -89,17 +88,3 @@ def check_external_data(tensor: onnx.TensorProto, base: Path, label: str) -> Non
             offset + (length or 0) > size or offset > size:
         raise ExternalDataError(f"{name}: external data {location!r} has {size} bytes; "
                                 f"offset {offset} and length {length} lie outside them")
-
-
-def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor of a graph: initializers and node attributes, in subgraphs too."""
-    yield from graph.initializer
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-            if attribute.HasField("g"):
-                yield from _tensors(attribute.g)
-            for subgraph in attribute.graphs:
-                yield from _tensors(subgraph)

@@ -2,6 +2,7 @@
 input shapes and replays the plan of kernels on each call (see the package's docstring)."""
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -23,8 +24,10 @@ import tunesearch.onnx.nn  # noqa: F401
 import tunesearch.onnx.reduce  # noqa: F401
 import tunesearch.onnx.shape  # noqa: F401
 from tunesearch.onnx import regions, rewrite
+from tunesearch.onnx.declared import check_declared
 from tunesearch.onnx.files import read_model
 from tunesearch.lowering.plan import Plan
+from tunesearch.onnx.memory import check_fits
 from tunesearch.onnx.registry import OPS, NodeContext, OnnxImportError, internal_dtype, producible
 from tunesearch.onnx.signature import (ONNX_DOMAINS, ValueInfo, bind_inputs,
                                        check_operators, check_types, declared_dims,
@@ -32,6 +35,9 @@ from tunesearch.onnx.signature import (ONNX_DOMAINS, ValueInfo, bind_inputs,
 from tunesearch.runtime.device import get_device
 from tunesearch.runtime.lookup import TunedConfigs
 from tunesearch.tensor import Tensor, default_lookup
+
+_DRAW_PIECE = 1 << 20  # random input values drawn at a time (even: see random_inputs)
+
 
 @dataclass(frozen=True)
 class GraphInfo:
@@ -86,6 +92,7 @@ class OnnxModel:
 
     def __init__(self, proto: onnx.ModelProto, input_shapes: Optional[dict[str, tuple]] = None,
                  device: Optional[str] = None, lookup: Optional[TunedConfigs] = None):
+        check_declared(proto)  # before any work: what the model declares is what it holds
         self.proto = proto
         self.recipe: Optional[dict] = None  # how a fresh process loads it again (see load)
         self.device = device or settings.default_device()
@@ -145,14 +152,24 @@ class OnnxModel:
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Inputs of the bound shapes: normal floats, small non-negative ints, random bools."""
         rng = np.random.default_rng(seed)
+        check_fits(sum(math.prod(v.shape) * v.dtype.itemsize for v in self.inputs),
+                   "random inputs " + ", ".join(f"{v.name} ({'x'.join(map(str, v.shape))} "
+                                                f"{v.dtype})" for v in self.inputs))
         out = {}
         for v in self.inputs:
-            if v.dtype.kind == "f":
-                out[v.name] = rng.standard_normal(v.shape).astype(v.dtype)
-            elif v.dtype.kind in "iu":
-                out[v.name] = rng.integers(0, 4, v.shape).astype(v.dtype)
-            else:
-                out[v.name] = rng.random(v.shape) < 0.5
+            array = np.empty(v.shape, v.dtype)
+            flat = array.reshape(-1)
+            # drawn in pieces, so the draws' float64 or int64 never take the whole size again;
+            # the values are those of one draw of the whole (pieces of an even length)
+            for start in range(0, flat.size, _DRAW_PIECE):
+                n = min(_DRAW_PIECE, flat.size - start)
+                if v.dtype.kind == "f":
+                    flat[start:start + n] = rng.standard_normal(n)
+                elif v.dtype.kind in "iu":
+                    flat[start:start + n] = rng.integers(0, 4, n)
+                else:
+                    flat[start:start + n] = rng.random(n) < 0.5
+            out[v.name] = array
         return out
 
     def _plan_for(self, inputs: Optional[dict[str, Any]]):
@@ -238,10 +255,24 @@ class OnnxModel:
     def _plan(self, shapes: dict[str, tuple]) -> Plan:
         key = tuple((v.name, tuple(shapes[v.name])) for v in self.inputs)
         if key not in self._plans:
+            # each input twice (the caller's array, the plan's buffer), checked before the trace
+            # allocates the plan's; then with the largest kernel's buffers, or the outputs twice
+            # (the plan's buffers, the arrays a call returns), before the first run
+            dtypes = {v.name: np.dtype(internal_dtype(v.dtype).np) for v in self.inputs}
+            sizes = {name: math.prod(shape) * dtypes[name].itemsize for name, shape in key}
+            what = "inputs " + ", ".join(f"{name} ({'x'.join(map(str, shape)) or 'scalar'} "
+                                         f"{dtypes[name]})" for name, shape in key)
+            check_fits(2 * sum(sizes.values()), what)
             inputs, outs = self.trace(dict(key))
-            self._plans[key] = Plan(get_device(self.device), inputs, outs,
-                                    [v.dtype for v in self.outputs],
-                                    [v.name for v in self.outputs], lookup=self.lookup)
+            device = get_device(self.device)
+            plan = Plan(device, inputs, outs, [v.dtype for v in self.outputs],
+                        [v.name for v in self.outputs], lookup=self.lookup)
+            if device.host_memory:
+                returned = sum(math.prod(o.shape) * np.dtype(o.dtype.np).itemsize for o in outs
+                               if isinstance(o, Tensor))
+                check_fits(2 * sum(sizes.values()) + max(plan.largest_step_bytes(), 2 * returned),
+                           f"{what}, the model's kernels and outputs")
+            self._plans[key] = plan
         return self._plans[key]
 
     def trace(self, shapes: dict[str, tuple]) -> tuple[dict[str, Tensor], list[Any]]:
@@ -267,6 +298,9 @@ class OnnxModel:
             except Exception as exc:  # a shape or value the operator cannot take: one line
                 first = (str(exc).splitlines() or [type(exc).__name__])[0]
                 raise OnnxImportError(f"{node.op_type} node '{ctx.name}': {first}") from exc
+            if any(node.output[len(outs):]):  # names past what the operator makes
+                raise OnnxImportError(f"{node.op_type} node '{ctx.name}' makes {len(outs)} "
+                                      f"output(s); the model names {len(node.output)}")
             for name, value in zip(node.output, outs):
                 if name:
                     if isinstance(value, Tensor) and self._fanout[name] > 1 and \

@@ -59,11 +59,17 @@ def check_types(values, role: str, accept) -> None:
         except TypeError:
             ok = False
         if not ok:
-            problems.append(f"{role} '{v.name}' has element type "
-                            f"{onnx.helper.tensor_dtype_to_string(elem).split('.')[-1]}")
+            problems.append(f"{role} '{v.name}' has element type {_type_name(elem)}")
     if problems:
         raise UnsupportedTypeError("unsupported types: " + "; ".join(problems) +
                                    " (tunesearch computes with float, int and bool tensors)")
+
+
+def _type_name(elem: int) -> str:
+    try:
+        return onnx.helper.tensor_dtype_to_string(elem).split(".")[-1]
+    except (KeyError, ValueError):  # a number no ONNX release gives a type
+        return f"{elem}, which ONNX does not define"
 
 
 def element_dtype(value: onnx.ValueInfoProto) -> np.dtype:
@@ -126,9 +132,10 @@ def bind_inputs(declared: list, given: dict[str, tuple]) -> tuple[list[ValueInfo
         if any(d < 0 for d in bound[v.name]):
             raise OnnxImportError(f"input '{v.name}' has shape {bound[v.name]}: a dimension is "
                                   "a size, never negative")
-        if math.prod(bound[v.name]) > MAX_ELEMENTS:
+        if math.prod(bound[v.name]) > MAX_ELEMENTS or any(d > MAX_ELEMENTS
+                                                          for d in bound[v.name]):
             raise OnnxImportError(f"input '{v.name}' has shape {bound[v.name]}: more than "
-                                  f"{MAX_ELEMENTS} elements, which kernels cannot index "
-                                  "(32-bit indices)")
+                                  f"{MAX_ELEMENTS} elements (or a dim past that), which "
+                                  "kernels cannot index (32-bit indices)")
         out.append(ValueInfo(v.name, bound[v.name], element_dtype(v)))
     return out, symbols

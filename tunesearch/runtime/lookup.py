@@ -100,6 +100,9 @@ class TunedConfigs:
         if key in self._choices:
             return self._choices[key]
         space = space_for(kernel, device.info().target, constants)
+        if kernel.buffers[0].size == 0:  # nothing to compute (realize.get_program) or tune
+            self._choices[key] = Choice(space.naive(), False)
+            return self._choices[key]
         choice = Choice(space.default(), False)
         if self._reads_database and settings.use_db():
             stored = self._stored(kernel, device)
