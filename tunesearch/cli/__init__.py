@@ -97,8 +97,11 @@ def cmd_tune(args) -> int:
         raise UsageError(f"unknown sampler {args.sampler!r} (--sampler); known samplers: "
                          f"{', '.join(SAMPLERS)}")
     check_kept_database(args.db or settings.db_url(), "tune")
+    from tunesearch.search.capacity import check_workers
+    check_workers(args.workers)  # what this machine serves, before the model is loaded
     model = _load_model(args)
     store = _open_store(args.db)
+    check_workers(args.workers, store)  # and the database's connections
     # a database that cannot be written refuses now, not after minutes of search
     check_writable(store, args.device)
     inputs = model.random_inputs(seed=0)
@@ -106,8 +109,8 @@ def cmd_tune(args) -> int:
     kernels = [item.kernel for item in model.schedule(inputs)]
     constants = model.constant_inputs(inputs)  # weights: timed packed ahead, as runs read them
     quiet = args.quiet or args.json
-    if args.workers > 1:
-        from tunesearch.search.supervise import run_workers
+    from tunesearch.search.supervise import open_leases, run_workers
+    if args.workers > 1 or open_leases(store, args.device, kernels):  # one worker joins
         report = run_workers(kernels, args.device, budget, sampler=args.sampler, seed=args.seed,
                              db_url=store.url, n_workers=args.workers,
                              model=Path(args.model).stem, retune=args.retune,

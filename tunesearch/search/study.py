@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 import optuna
 from optuna.trial import TrialState
 
+from tunesearch.db.studies import OWNER_ATTR, trial_owner
 from tunesearch.errors import ctrl_c_pressed
 from tunesearch.graph.kernel import Kernel
 from tunesearch.search.measure import Measurer
@@ -93,6 +94,14 @@ class _Codec:
         return {self.name(by_name[name]): by_name[name].choices.index(v)
                 if self._as_index(by_name[name]) else v
                 for name, v in values.items() if name in by_name}
+
+
+def _ask(study: optuna.Study) -> optuna.Trial:
+    """A new trial, marked with the process that asked it: a worker that takes over a dead
+    worker's lease of a shared study closes that worker's open trials and no one else's."""
+    trial = study.ask()
+    trial.set_user_attr(OWNER_ATTR, trial_owner())
+    return trial
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, result: MeasureResult, measured: bool,
@@ -236,7 +245,7 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
             if start not in state.history and params and space.validate(start) is None:
                 study.enqueue_trial(params, skip_if_exists=True)
         if default_result is not None:  # measured by the caller: it answers trial 0 at once
-            trial = study.ask()
+            trial = _ask(study)
             if space.config_from(codec.suggest(trial)) == default:
                 _tell(study, trial, default_result, True, state.penalty())
                 state.record(trial.number, default_result, True)
@@ -280,7 +289,7 @@ def _one_batch(study, codec, space, kernel, measurer, state: _Search, on_trial,
     asked: list[tuple[optuna.Trial, Config, str | None]] = []
     new: list[Config] = []
     while len(new) < room and state.since_new + len(asked) - len(new) < STALL_LIMIT:
-        trial = study.ask()
+        trial = _ask(study)
         pending.append(trial)
         config = space.config_from(codec.suggest(trial))
         seen = config in state.history or config in new
