@@ -98,7 +98,9 @@ def cmd_tune(args) -> int:
                          f"{', '.join(SAMPLERS)}")
     check_kept_database(args.db or settings.db_url(), "tune")
     from tunesearch.search.capacity import check_workers
+    from tunesearch.search.cluster import check_cluster, run_cluster
     check_workers(args.workers)  # what this machine serves, before the model is loaded
+    check_cluster(args.cluster, args.workers)
     model = _load_model(args)
     store = _open_store(args.db)
     check_workers(args.workers, store)  # and the database's connections
@@ -110,7 +112,12 @@ def cmd_tune(args) -> int:
     constants = model.constant_inputs(inputs)  # weights: timed packed ahead, as runs read them
     quiet = args.quiet or args.json
     from tunesearch.search.supervise import open_leases, run_workers
-    if args.workers > 1 or open_leases(store, args.device, kernels):  # one worker joins
+    if args.cluster:
+        report = run_cluster(kernels, args.device, budget, store, args.cluster,
+                             sampler=args.sampler, seed=args.seed, model=Path(args.model).stem,
+                             retune=args.retune, weights={k.key: t for k, t in before.kernels},
+                             progress=not quiet, constants=constants)
+    elif args.workers > 1 or open_leases(store, args.device, kernels):  # one worker joins
         report = run_workers(kernels, args.device, budget, sampler=args.sampler, seed=args.seed,
                              db_url=store.url, n_workers=args.workers,
                              model=Path(args.model).stem, retune=args.retune,
@@ -336,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--quiet", action="store_true", help="no progress display")
     tune.add_argument("--workers", type=count("--workers"), default=1,
                       help="worker processes here; the same command on other machines joins in")
+    tune.add_argument("--cluster", default=None, metavar="ADDRESS",
+                      help="search on the Ray cluster at ADDRESS (HOST:PORT, or auto); "
+                           "see docs/cluster.md")
     tune.set_defaults(func=cmd_tune)
 
     run = model_command("run", "run a model with its tuned kernels")
