@@ -32,7 +32,7 @@ from tunesearch.db import DeviceRecord, ResultRecord, Store
 from tunesearch.errors import ctrl_c_pressed
 from tunesearch.graph.kernel import Kernel
 from tunesearch.search.messages import DeviceSpec
-from tunesearch.search.planning import plan_work
+from tunesearch.search.planning import MeasurerFactory, default_measurer, plan_work
 from tunesearch.search.progress import describe
 from tunesearch.search.results import Budget, KernelResult, TuneError, TuneReport
 from tunesearch.search.samplers import DEFAULT_SAMPLER
@@ -74,10 +74,9 @@ def check_cluster(address: str | None, n_workers: int) -> None:
 class DeviceActor:
     """One physical device of a node, tuning the kernels the driver sends it (a Ray actor)."""
 
-    def __init__(self, device: DeviceSpec, seed: int):
-        from tunesearch.search.measure import DeviceMeasurer
+    def __init__(self, device: DeviceSpec, seed: int, measurer: MeasurerFactory):
         self.device = device.open()
-        self.measurer = DeviceMeasurer(self.device, seed=seed)
+        self.measurer = measurer(self.device, seed, 1)
 
     def describe(self) -> tuple[str, str, str, dict, str]:
         info = self.device.info()
@@ -144,7 +143,7 @@ def _connect(ray, address: str) -> None:
         raise TuneError(f"cannot join the Ray cluster at {address}: {first}") from None
 
 
-def _start_actors(ray, device: str, seed: int) -> list[_Actor]:
+def _start_actors(ray, device: str, seed: int, measurer: MeasurerFactory) -> list[_Actor]:
     name = resource_name(device)
     units = int(ray.cluster_resources().get(name, 0))
     if units < 1:
@@ -152,7 +151,7 @@ def _start_actors(ray, device: str, seed: int) -> list[_Actor]:
                         f"nodes with ray start --resources '{{\"{name}\": 1}}'")
     remote = ray.remote(num_cpus=0, resources={name: 1}, max_restarts=0)(DeviceActor)
     spec = DeviceSpec.of(device)
-    handles = [remote.remote(spec, seed) for _ in range(units)]
+    handles = [remote.remote(spec, seed, measurer) for _ in range(units)]
     actors = []
     for handle in handles:
         try:
@@ -235,15 +234,17 @@ def _collect(ray, run: _Run, ref, store: Store, show) -> None:
 def run_cluster(kernels: Iterable, device: str, budget: Budget, store: Store, address: str, *,
                 sampler: str = DEFAULT_SAMPLER, seed: int = 0, model: str = "",
                 retune: bool = False, weights: Mapping[str, float] | None = None,
-                progress: bool = True,
+                progress: bool = True, measurer: MeasurerFactory | None = None,
                 constants: Mapping[str, frozenset[int]] | None = None) -> TuneReport:
     """Tune every unique kernel on the Ray cluster at `address` (see the module docstring);
     returns the TuneReport for the device key of the first actor (the driver's own, where it is
-    a node). Raises TuneError, one line, where Ray, the cluster or the resource is missing."""
+    a node). measurer(device, seed, 1) makes each actor's measurer (default: real measurements;
+    it travels to the nodes pickled, so a module-level function). Raises TuneError, one line,
+    where Ray, the cluster or the resource is missing."""
     ray = import_ray()
     start = time.monotonic()
     _connect(ray, address)
-    actors = _start_actors(ray, device, seed)
+    actors = _start_actors(ray, device, seed, measurer or default_measurer)
     planned = plan_work(kernels, budget, 1, weights)
     console = None
     if progress:

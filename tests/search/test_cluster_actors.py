@@ -1,0 +1,54 @@
+"""The Ray engine when a node dies mid-search: its kernel goes to another actor of the same
+device, or comes back unfinished when none is left, and the run ends either way. Ray, its
+actors and the database are real; the measurements are made up (tests/search/cluster_run.py).
+Ray's servers listen on every interface, so Ray runs in a network namespace of its own."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cluster import _namespaces_work, _session
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(tmp_path: Path, units: int) -> dict:
+    pytest.importorskip("ray")
+    if not _namespaces_work():
+        pytest.skip("no network namespace here (unshare -n) to keep Ray's servers private")
+    out, ray_dir = tmp_path / "out.json", tempfile.mkdtemp(prefix="tsray-")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    shell = subprocess.Popen(
+        ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', sys.executable,
+         "-m", "tests.search.cluster_run", str(units), f"sqlite:///{tmp_path / 't.db'}",
+         str(out), ray_dir], env=env, cwd=ROOT, start_new_session=True,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = shell.communicate(timeout=600)
+    finally:
+        for pid in _session(shell.pid):  # whatever of Ray's this run left behind
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    assert shell.returncode == 0, err[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_a_dead_nodes_kernel_goes_to_another_actor(tmp_path):
+    found = _run(tmp_path, units=2)
+    assert found["died"]
+    assert found["statuses"] == ["tuned"] * 3 and found["stored"] == [True] * 3
+    assert any("went back to the queue" in note for note in found["notes"])
+
+
+def test_with_no_actor_left_the_kernels_come_back_unfinished(tmp_path):
+    found = _run(tmp_path, units=1)
+    assert found["died"]
+    assert found["statuses"] == ["skipped"] * 3 and found["stored"] == [False] * 3
