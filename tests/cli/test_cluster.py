@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import secrets
 import signal
 import subprocess
 import sys
@@ -24,8 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(**extra) -> dict:
+    """The environment of the commands: this checkout first, and a token of Ray's own for this
+    cluster (Ray would otherwise read and write ~/.ray/auth_token, which others share)."""
     return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            "RAY_USAGE_STATS_ENABLED": "0", **extra}
+            "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32), **extra}
 
 
 def groupnorm_cnn(path: Path) -> Path:
@@ -103,6 +107,7 @@ def test_a_model_tuned_on_a_ray_cluster_runs_with_every_kernel_tuned(tmp_path):
             --repeat 2 --json --db "{db}" > "{tmp_path / 'tune.json'}"
         "{python}" -m tunesearch run "{model}" --json --repeat 1 --db "{db}" \\
             > "{tmp_path / 'run.json'}"
+        "{python}" -m tunesearch status --json --db "{db}" > "{tmp_path / 'status.json'}"
         """)
     shell = subprocess.Popen(["unshare", "-n", "sh", "-c", script], env=_env(), cwd=tmp_path,
                              start_new_session=True, stderr=subprocess.PIPE, text=True)
@@ -113,7 +118,11 @@ def test_a_model_tuned_on_a_ray_cluster_runs_with_every_kernel_tuned(tmp_path):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(ray_dir, ignore_errors=True)
     assert shell.returncode == 0, err[-3000:]
-    tuned, ran = (json.loads((tmp_path / name).read_text()) for name in ("tune.json",
-                                                                         "run.json"))
+    tuned, ran, status = (json.loads((tmp_path / name).read_text())
+                          for name in ("tune.json", "run.json", "status.json"))
     assert {r["status"] for r in tuned["results"]} == {"tuned"}
     assert ran["kernels_tuned"] == ran["kernels"] == tuned["kernels"]
+    # stored under the key of the node that measured them: this machine's, here
+    [device] = status["devices"]
+    assert device["device_key"] == tuned["device_key"]
+    assert device["done"] == device["kernels"] == len(tuned["results"])

@@ -40,6 +40,7 @@ def main(units: int, db_url: str, out: str, ray_dir: str) -> None:
     import ray
 
     from tunesearch.db import Store
+    from tunesearch.db.leases import LeaseBoard
     from tunesearch.search import Budget
     from tunesearch.search.cluster import run_cluster
     kernels = [matmul(16, 16, 16), add(64), add(32, 8)]
@@ -50,12 +51,15 @@ def main(units: int, db_url: str, out: str, ray_dir: str) -> None:
     try:
         with Store(db_url) as store:
             report = run_cluster(kernels, "cpu", Budget(trials=4), store, "local",
-                                 progress=False, measurer=dies_once)
+                                 progress=False, measurer=dies_once, model="three")
             stored = [store.lookup(k.key, report.device_key) is not None for k in kernels]
+            _, rows = LeaseBoard(store).leases(report.device_key)  # what tunesearch status shows
+            leases = {row.kernel_key: row.state for row in rows}
     finally:
         ray.shutdown()
     Path(out).write_text(json.dumps({
         "statuses": [r.status for r in report.results], "stored": stored,
+        "leases": [leases.get(k.key) for k in kernels],
         "notes": list(report.notes), "died": Path(os.environ[DIE_MARKER]).exists()}))
 
 

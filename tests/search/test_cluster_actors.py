@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cluster import _namespaces_work, _session
+from tests.cli.test_cluster import _env, _namespaces_work, _session
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def _run(tmp_path: Path, units: int) -> dict:
     if not _namespaces_work():
         pytest.skip("no network namespace here (unshare -n) to keep Ray's servers private")
     out, ray_dir = tmp_path / "out.json", tempfile.mkdtemp(prefix="tsray-")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = _env()
     shell = subprocess.Popen(
         ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', sys.executable,
          "-m", "tests.search.cluster_run", str(units), f"sqlite:///{tmp_path / 't.db'}",
@@ -45,6 +45,7 @@ def test_a_dead_nodes_kernel_goes_to_another_actor(tmp_path):
     found = _run(tmp_path, units=2)
     assert found["died"]
     assert found["statuses"] == ["tuned"] * 3 and found["stored"] == [True] * 3
+    assert found["leases"] == ["done"] * 3
     assert any("went back to the queue" in note for note in found["notes"])
 
 
@@ -52,3 +53,4 @@ def test_with_no_actor_left_the_kernels_come_back_unfinished(tmp_path):
     found = _run(tmp_path, units=1)
     assert found["died"]
     assert found["statuses"] == ["skipped"] * 3 and found["stored"] == [False] * 3
+    assert found["leases"] == ["waiting"] * 3  # the next run, or a worker, takes them up

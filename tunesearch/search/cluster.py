@@ -28,7 +28,8 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
-from tunesearch.db import DeviceRecord, ResultRecord, Store
+from tunesearch.db import DatabaseError, DeviceRecord, ResultRecord, Store
+from tunesearch.db.leases import DONE, FAILED, WAITING, Claim, LeaseBoard
 from tunesearch.errors import ctrl_c_pressed
 from tunesearch.graph.kernel import Kernel
 from tunesearch.search.messages import DeviceSpec
@@ -97,6 +98,7 @@ class _Actor:
     key: str
     record: DeviceRecord
     host: str
+    name: str = ""  # how the leases name it: host:ray:N
     alive: bool = True
 
 
@@ -108,11 +110,46 @@ class _Pending:
     tries: int = 0
 
 
+class _Leases:
+    """The leases `tunesearch status` shows: the driver claims one for each kernel it sends to
+    an actor, renews it while the search runs and finishes it with the outcome. They are a
+    display: a database that refuses a write here stops nothing."""
+
+    def __init__(self, store: Store):
+        self.board = LeaseBoard(store)
+        self.renewed = time.monotonic()
+
+    def _quietly(self, action):
+        try:
+            return action()
+        except DatabaseError:
+            return None
+
+    def register(self, model: str, key: str, items: list, retune: bool) -> None:
+        self._quietly(lambda: self.board.register(model, key, items, retune=retune))
+
+    def claim(self, actor: _Actor, kernel: Kernel) -> Claim | None:
+        return self._quietly(lambda: self.board.claim(actor.name, actor.key, [kernel.key]))
+
+    def renew(self, claims: list[Claim]) -> None:
+        if time.monotonic() - self.renewed < self.board.ttl.total_seconds() / 3:
+            return
+        self.renewed = time.monotonic()
+        for claim in claims:
+            self._quietly(lambda: self.board.renew(claim, 0))
+
+    def finish(self, claim: Claim | None, state: str, trials: int = 0, message: str = ""):
+        if claim is not None:
+            self._quietly(lambda: self.board.finish(claim, state, trials=trials,
+                                                    message=message))
+
+
 @dataclass
 class _Run:
     """What the driver tracks while the actors work."""
+    leases: _Leases
     queues: dict[str, deque] = field(default_factory=dict)
-    in_flight: dict = field(default_factory=dict)  # object ref -> (actor, pending)
+    in_flight: dict = field(default_factory=dict)  # object ref -> (actor, pending, claim)
     results: dict[tuple[str, str], KernelResult] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -163,7 +200,7 @@ def _start_actors(ray, device: str, seed: int, measurer: MeasurerFactory) -> lis
             raise TuneError(f"an actor could not open {device!r} on its node: {first}"
                             ) from None
         actors.append(_Actor(handle, key, DeviceRecord(key, backend, dev_name, fingerprint),
-                             host))
+                             host, f"{host}:ray:{len(actors)}"))
     return actors
 
 
@@ -184,7 +221,7 @@ def _save(store: Store, kernel: Kernel, actor: _Actor, result: KernelResult) -> 
 def _dispatch(ray, run: _Run, actors: list[_Actor], store: Store, retune: bool, budget: Budget,
               sampler: str, seed: int, constants: Mapping[str, frozenset[int]]) -> None:
     """Give each idle live actor the next kernel of its device key's queue."""
-    busy = {id(actor) for actor, _ in run.in_flight.values()}
+    busy = {id(actor) for actor, _, _ in run.in_flight.values()}
     for actor in actors:
         if not actor.alive or id(actor) in busy:
             continue
@@ -201,19 +238,20 @@ def _dispatch(ray, run: _Run, actors: list[_Actor], store: Store, retune: bool, 
             ref = actor.handle.tune.remote(job.kernel, replace(budget, trials=job.trials),
                                            sampler, seed,
                                            frozenset(constants.get(job.kernel.key, ())))
-            run.in_flight[ref] = (actor, job)
+            run.in_flight[ref] = (actor, job, run.leases.claim(actor, job.kernel))
             break
 
 
 def _collect(ray, run: _Run, ref, store: Store, show) -> None:
     """Store one finished search, or give its kernel back when its actor died."""
-    actor, job = run.in_flight.pop(ref)
+    actor, job, claim = run.in_flight.pop(ref)
     try:
         result = ray.get(ref)
     except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as err:
         actor.alive = False
         run.notes.append(f"the actor on {actor.host} stopped ({type(err).__name__}); its "
                          f"kernel {job.kernel.name} went back to the queue")
+        run.leases.finish(claim, WAITING, message=f"its actor on {actor.host} stopped")
         if job.tries < ATTEMPTS:
             run.queues[actor.key].appendleft(job)
         return
@@ -227,6 +265,9 @@ def _collect(ray, run: _Run, ref, store: Store, show) -> None:
     except Exception as err:  # noqa: BLE001  (a refused write is reported, not raised)
         result = replace(result, save_error=str(err), message=f"not saved: {err}")
     run.results[(actor.key, job.kernel.key)] = result
+    state = DONE if result.time_s is not None and not result.save_error else \
+        FAILED if result.status == "failed" else WAITING
+    run.leases.finish(claim, state, result.trials, result.message)
     show(f"[{len(run.results)} done, {len(run.in_flight)} running, {actor.host}] "
          f"{describe(result)}")
 
@@ -254,13 +295,10 @@ def run_cluster(kernels: Iterable, device: str, budget: Budget, store: Store, ad
     def show(line: str) -> None:
         if console is not None:
             console.print(line, markup=False)
-    run = _Run()
-    from tunesearch.db.leases import WorkItem, register_model
+    run = _Run(_Leases(store))
     for key in dict.fromkeys(actor.key for actor in actors):
         store.touch_device(next(a.record for a in actors if a.key == key))
-        if model:
-            register_model(store, model, key, [WorkItem(k.key, k.name, item.occurrences)
-                                               for k, item in planned])
+        run.leases.register(model, key, [item for _, item in planned], retune)
         run.queues[key] = deque(_Pending(k, item.occurrences, item.budget or budget.trials)
                                 for k, item in sorted(planned, key=lambda p: -p[1].weight))
     interrupted = False
@@ -274,8 +312,11 @@ def run_cluster(kernels: Iterable, device: str, budget: Budget, store: Store, ad
             ready, _ = ray.wait(list(run.in_flight), num_returns=1, timeout=1.0)
             for ref in ready:
                 _collect(ray, run, ref, store, show)
+            run.leases.renew([claim for _, _, claim in run.in_flight.values() if claim])
     except KeyboardInterrupt:
         interrupted = True
+        for _, _, claim in run.in_flight.values():  # the next run continues them
+            run.leases.finish(claim, WAITING, message="interrupted")
     finally:
         for actor in actors:
             ray.kill(actor.handle)
