@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import socket
 import time
+import uuid
 
 import optuna
 import psycopg
 import pytest
 from optuna.trial import TrialState
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
 
 from tests.search.kernels import add, matmul
 from tunesearch.db import DeviceRecord, ResultRecord, Store, is_transient, study_storage
@@ -21,8 +23,10 @@ from tunesearch.db.leases import DONE, LeaseBoard, WorkItem
 from tunesearch.db.studies import OWNER_ATTR, fail_running_trials, owner_of_worker
 from tunesearch.runtime.device import get_device
 from tunesearch.search import Budget
+from tunesearch.search.capacity import check_workers, free_connections
 from tunesearch.search.messages import DeviceSpec
 from tunesearch.search.planning import WorkerJob
+from tunesearch.search.results import TuneError
 from tunesearch.search.supervise import open_leases
 from tunesearch.search.tune import kernel_record
 from tunesearch.search.worker import WorkerError, _Heartbeat, _LeaseStore, _TrialCounter, \
@@ -119,3 +123,28 @@ def test_a_lone_tune_sees_the_leases_others_left_open(tmp_path):
         board.finish(claim, DONE, trials=1)
     assert open_leases(store, "cpu", kernels) == 0
     store.close()
+
+
+def test_workers_beyond_the_servers_free_connections_are_refused(postgres_url):
+    admin_url = make_url(postgres_url).set(drivername="postgresql") \
+        .render_as_string(hide_password=False)
+    name = f"ts_capacity_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    held = []
+    try:
+        with Store(make_url(postgres_url).set(database=name)
+                   .render_as_string(hide_password=False)) as store:
+            free = free_connections(store)
+            if free > 200:
+                pytest.skip(f"the server has {free} free connections: too many to take up")
+            # others' clients take all but 5: room for 2 workers (2 each), not for 3
+            held = [psycopg.connect(admin_url) for _ in range(free - 5)]
+            check_workers(2, store)
+            with pytest.raises(TuneError, match="--workers 3 needs 6 connections"):
+                check_workers(3, store)
+    finally:
+        for connection in held:
+            connection.close()
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
