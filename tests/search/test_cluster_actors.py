@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from tests.cli.test_cluster import _env, _namespaces_work, _session
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(tmp_path: Path, units: int) -> dict:
+def _run(tmp_path: Path, units: int, mode: str = "dies") -> dict:
     pytest.importorskip("ray")
     if not _namespaces_work():
         pytest.skip("no network namespace here (unshare -n) to keep Ray's servers private")
@@ -29,9 +30,15 @@ def _run(tmp_path: Path, units: int) -> dict:
     shell = subprocess.Popen(
         ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', sys.executable,
          "-m", "tests.search.cluster_run", str(units), f"sqlite:///{tmp_path / 't.db'}",
-         str(out), ray_dir], env=env, cwd=ROOT, start_new_session=True,
+         str(out), ray_dir, mode], env=env, cwd=ROOT, start_new_session=True,
         stderr=subprocess.PIPE, text=True)
     try:
+        if mode == "stalls":  # Ctrl-C once the second kernel's search is under way
+            marker = out.with_suffix(".died")
+            deadline = time.time() + 300
+            while not marker.exists() and time.time() < deadline and shell.poll() is None:
+                time.sleep(0.2)
+            shell.send_signal(signal.SIGINT)  # unshare and sh exec'd: this is the driver
         _, err = shell.communicate(timeout=600)
     finally:
         for pid in _session(shell.pid):  # whatever of Ray's this run left behind
@@ -54,3 +61,11 @@ def test_with_no_actor_left_the_kernels_come_back_unfinished(tmp_path):
     assert found["died"]
     assert found["statuses"] == ["skipped"] * 3 and found["stored"] == [False] * 3
     assert found["leases"] == ["waiting"] * 3  # the next run, or a worker, takes them up
+
+
+def test_ctrl_c_keeps_what_is_stored_and_releases_the_rest(tmp_path):
+    found = _run(tmp_path, units=1, mode="stalls")
+    assert found["interrupted"]
+    assert found["statuses"] == ["tuned", "skipped", "skipped"]
+    assert found["stored"] == [True, False, False]
+    assert found["leases"] == ["done", "waiting", "waiting"]
