@@ -49,6 +49,9 @@ from tunesearch.search.worker import WorkerError, _worker_main
 from tunesearch.space.config import Config, ConfigError
 
 
+PRINT_EVERY_S = 2.0  # the finished kernels are read this often: the leases of every model
+
+
 class _FinishedKernelPrinter:
     """Prints a line on stderr for each kernel as it is done, by whichever worker."""
 
@@ -172,12 +175,15 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
             process.start()
             send.close()
             processes.append((process, receive))
+        shown = time.monotonic()
         try:
             while any(process.is_alive() for process, _ in processes):
                 for process, receive in processes:
                     if process.pid not in replies and receive.poll():
                         replies[process.pid] = _receive(receive)
-                printer.print_newly_finished()
+                if time.monotonic() - shown >= PRINT_EVERY_S:
+                    printer.print_newly_finished()
+                    shown = time.monotonic()
                 time.sleep(0.25)
         except KeyboardInterrupt:  # the workers got it too: they save and release their leases
             interrupted = True
