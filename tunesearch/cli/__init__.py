@@ -103,15 +103,21 @@ def cmd_tune(args) -> int:
                          f"{', '.join(SAMPLERS)}")
     check_kept_database(args.db or settings.db_url(), "tune")
     _check_graph_path()
+    from tunesearch.search.capacity import check_workers
+    from tunesearch.search.cluster import check_cluster
+    check_workers(args.workers)  # what this machine serves, before the model is loaded
+    check_cluster(args.cluster, args.workers)
     model = _load_model(args)
     store = _open_store(args.db)
+    check_workers(args.workers, store)  # and the database's connections
     # a database that cannot be written refuses now, not after minutes of search
     check_writable(store, args.device)
     inputs = model.random_inputs(seed=0)
     from tunesearch.db import study_storage
     tuned = tune_model(model, args.device, budget, store=store, inputs=inputs,
                        sampler=args.sampler, seed=args.seed, retune=args.retune,
-                       workers=args.workers, progress=not (args.quiet or args.json),
+                       workers=args.workers, cluster=args.cluster,
+                       progress=not (args.quiet or args.json),
                        repeat=args.repeat, name=Path(args.model).stem,
                        storage=_studies(study_storage, store.url) if args.workers <= 1 else None)
     model(inputs)  # a warm call with the tuned kernels, the one DEBUG and GRAPH=1 show
@@ -317,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--quiet", action="store_true", help="no progress display")
     tune.add_argument("--workers", type=count("--workers"), default=1,
                       help="worker processes here; the same command on other machines joins in")
+    tune.add_argument("--cluster", default=None, metavar="ADDRESS",
+                      help="search on the Ray cluster at ADDRESS (HOST:PORT, or auto); "
+                           "see docs/cluster.md")
     tune.set_defaults(func=cmd_tune)
 
     run = model_command("run", "run a model with its tuned kernels")

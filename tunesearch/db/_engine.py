@@ -127,6 +127,12 @@ class Backend:
     snapshot_options: dict  # execution options for a consistent multi-statement read
 
 
+# PostgreSQL connections one engine keeps open, and opens beyond them for a moment; a worker
+# process has two engines (results and leases, Optuna's studies): see search/capacity.py
+PG_POOL_SIZE = 1
+PG_POOL_OVERFLOW = 2
+
+
 def _sqlite_engine_args(url: URL, read_only: bool) -> dict:
     return {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
 
@@ -137,7 +143,10 @@ def _postgresql_engine_args(url: URL, read_only: bool) -> dict:
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
     if read_only:
         connect_args["options"] = "-c default_transaction_read_only=on"
-    return {"connect_args": connect_args, "pool_pre_ping": True}
+    # a small pool per process: a worker's main thread and its lease heartbeat use one
+    # connection each at most, and a server's max_connections is shared by every worker
+    return {"connect_args": connect_args, "pool_pre_ping": True,
+            "pool_size": PG_POOL_SIZE, "max_overflow": PG_POOL_OVERFLOW}
 
 
 def _configure_sqlite(engine: Engine, read_only: bool) -> None:

@@ -59,20 +59,47 @@ def is_retryable(err: BaseException) -> bool:
     return any(word in message for word in _RETRY_WORDS)
 
 
+# A server that answers "no" (a wrong password, an unknown user or database) says the same
+# a minute later: waiting for it is not worth a retry.
+_REFUSED_SQLSTATES = {"28000", "28P01", "3D000"}
+_REFUSED_WORDS = ("password authentication failed", "no password supplied",
+                  "authentication failed", "role \"", "does not exist")
+
+
+def _chain(err: BaseException | None):
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
+
+
+def is_refused(err: BaseException) -> bool:
+    """True when the server answered and refused us: wrong credentials, no such database."""
+    for link in _chain(err):
+        orig = getattr(link, "orig", None) or link
+        if getattr(orig, "sqlstate", None) in _REFUSED_SQLSTATES:
+            return True
+        message = str(orig).lower()
+        if "fatal" in message and any(word in message for word in _REFUSED_WORDS):
+            return True
+    return False
+
+
 def is_transient(err: BaseException) -> bool:
     """True when `err`, or an error that caused it, is the database failing to answer: a
     connection refused or lost (a server restarting), or a lock held past the busy timeout.
     Worth a wait; broader than `is_retryable`, which is lock contention inside one transaction.
+    A server that refuses the credentials is not transient (`is_refused`).
     """
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, (sa_exc.OperationalError, sa_exc.InterfaceError,
-                            sa_exc.DisconnectionError)):
+    if is_refused(err):
+        return False
+    for link in _chain(err):
+        if isinstance(link, (sa_exc.OperationalError, sa_exc.InterfaceError,
+                             sa_exc.DisconnectionError)):
             return True
-        if type(err).__name__ == "OperationalError":  # a driver's own (psycopg, sqlite3)
+        if type(link).__name__ == "OperationalError":  # a driver's own (psycopg, sqlite3)
             return True
-        err = err.__cause__ or err.__context__
     return False
 
 

@@ -109,6 +109,7 @@ class Claim:
     claims: int
     taken_over: bool
     expires_at: datetime
+    previous_worker: str = ""  # who held it last, where taken_over
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,7 @@ class LeaseBoard:
                 .returning(LeaseClaim.id)).scalar_one()
             return Claim(row.id, claim_id, row.kernel_key, row.device_key, row.slot, row.slots,
                          worker, row.trials, row.budget, row.claims + 1, taken_over,
-                         now + self.ttl)
+                         now + self.ttl, row.worker if taken_over else "")
 
         return self.store.write(work)
 

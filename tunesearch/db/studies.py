@@ -18,6 +18,7 @@ results through `tunesearch.db` and needs no Optuna.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,8 +97,24 @@ def study_storage(db_url: str | os.PathLike | None = None, *, heartbeat_s: int =
     return storage
 
 
-def fail_running_trials(storage: optuna.storages.BaseStorage, name: str) -> None:
-    """Close the trials a dead worker left RUNNING in study `name`, so none stays open forever."""
+OWNER_ATTR = "owner"  # the user attribute that names the process that asked a trial
+
+
+def trial_owner() -> str:
+    """How a trial names the process that asked it: `host:pid` (a worker id's first fields)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_of_worker(worker: str) -> str:
+    """The trial owner of a worker named by `leases.worker_id` (`host:pid:random`)."""
+    return worker.rsplit(":", 1)[0] if worker.count(":") >= 2 else worker
+
+
+def fail_running_trials(storage: optuna.storages.BaseStorage, name: str,
+                        owner: str | None = None) -> None:
+    """Close the trials a dead worker left RUNNING in study `name`, so none stays open forever.
+    owner: only the trials that process asked (see `trial_owner`), where live workers share the
+    study; None: every running trial (nobody else works on it)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -109,4 +126,5 @@ def fail_running_trials(storage: optuna.storages.BaseStorage, name: str) -> None
     except (ArithmeticError, TypeError, ValueError):  # rows Optuna cannot read back: the
         return  # search of the study leaves them out (tunesearch.search.resume)
     for trial in running:
-        study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+        if owner is None or trial.user_attrs.get(OWNER_ATTR) == owner:
+            study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)

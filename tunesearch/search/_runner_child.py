@@ -41,6 +41,7 @@ import numpy as np
 from tunesearch.graph.dtypes import dtypes
 from tunesearch.runtime.device import DeviceLost
 from tunesearch.search._guarded import GuardedArray
+from tunesearch.search._lifeline import exit_with_parent
 from tunesearch.search.messages import (DeviceSpec, Ready, RunRequest, RunResult, RunSetup,
                                         StopRequest)
 
@@ -195,6 +196,7 @@ class _Session:
 def serve(conn, device: DeviceSpec) -> None:
     """The main loop of the runner process (the target of the spawned process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
+    exit_with_parent()  # a tuner killed outright leaves no runner process timing on
     try:
         session = _Session(device)
     except Exception as exc:  # noqa: BLE001  (reported to the parent, which says why)

@@ -27,6 +27,7 @@ from typing import Any
 
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import CompileError
+from tunesearch.search._lifeline import exit_with_parent
 from tunesearch.search._spawn import SPAWN, children_ignore_ctrl_c, machine_cores
 from tunesearch.search.messages import BuildResult, DeviceSpec
 from tunesearch.space.config import Config
@@ -56,6 +57,7 @@ class Builder(ABC):
 
 def _init_compiler(device: DeviceSpec, compile_settings: dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent()  # a tuner killed outright leaves no compile process behind
     os.setpgrp()  # its own process group: killing it also kills the compiler it runs
     device.use_for_compiling(compile_settings)  # never opens the device (a GPU context)
 

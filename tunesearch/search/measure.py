@@ -26,6 +26,7 @@ from tunesearch.search import verify
 from tunesearch.search._runner_child import guard_values
 from tunesearch.search._spawn import machine_cores
 from tunesearch.search.builder import Builder, ProcessPoolBuilder
+from tunesearch.search.device_lock import DeviceLock, measuring_lock
 from tunesearch.search.messages import BuildResult, DeviceSpec, RunRequest, RunSetup, Timing
 from tunesearch.search.results import MeasureResult
 from tunesearch.search.runner import ProcessRunner, Runner
@@ -96,7 +97,9 @@ class DeviceMeasurer(Measurer):
     with the fastest time seen: a candidate `slow_cutoff` times slower than it is timed once and
     dropped); first_timeout_s applies while a kernel has no time yet. `timing` is for trials,
     `final_timing` for re-timing finalists. builder and runner: a ProcessPoolBuilder of
-    compile_workers processes and a ProcessRunner unless given.
+    compile_workers processes and a ProcessRunner unless given. lock: held while candidates are
+    timed (never while they compile), so that no other process of the machine times on the same
+    physical device meanwhile; the device's `measuring_lock` unless given.
     """
 
     def __init__(self, device: str | Device | DeviceSpec, *, seed: int = 0,
@@ -106,7 +109,8 @@ class DeviceMeasurer(Measurer):
                                                max_repeats=2000),
                  compile_workers: int | None = None, compile_timeout_s: float = 300.0,
                  slow_cutoff: float = 10.0, kernels_kept: int = 4,
-                 builder: Builder | None = None, runner: Runner | None = None):
+                 builder: Builder | None = None, runner: Runner | None = None,
+                 lock: DeviceLock | None = None):
         self.device = DeviceSpec.of(device)
         self.seed, self.timeout_s, self.first_timeout_s = seed, timeout_s, first_timeout_s
         self.timing, self.final_timing, self.slow_cutoff = timing, final_timing, slow_cutoff
@@ -119,6 +123,13 @@ class DeviceMeasurer(Measurer):
         self._results: dict[tuple[str, Config], MeasureResult] = {}
         self._built: dict[tuple[str, Config], BuildResult] = {}  # successful builds only
         self._constants: dict[str, frozenset[int]] = {}
+        self._lock = lock
+
+    @property
+    def lock(self) -> DeviceLock:
+        if self._lock is None:  # asked late: naming an OpenCL device opens it
+            self._lock = measuring_lock(self.device)
+        return self._lock
 
     def use_constants(self, constants: Mapping[str, frozenset[int]]) -> None:
         for key, indices in constants.items():
@@ -189,8 +200,9 @@ class DeviceMeasurer(Measurer):
         for turn in range(rounds):
             first = turn % len(configs)
             order = configs[first:] + configs[:first]
-            timed = {c: failed[c] if c in failed else self._run_one(state, c, final, share)
-                     for c in order}
+            with self.lock:  # a round at a time: other processes' compiles go on meanwhile
+                timed = {c: failed[c] if c in failed else self._run_one(state, c, final, share)
+                         for c in order}
             failed.update((c, r) for c, r in timed.items() if not r.ok)  # not run again
             out.append([timed[c] for c in configs])
         return out
@@ -230,6 +242,8 @@ class DeviceMeasurer(Measurer):
     def close(self) -> None:
         self.runner.close()
         self.builder.close()
+        if self._lock is not None:
+            self._lock.close()
 
 
 def _of_rounds(results: list[MeasureResult]) -> MeasureResult:

@@ -16,7 +16,8 @@ from tunesearch.runtime.device import get_device
 from tunesearch.search import in_model
 from tunesearch.search.results import Budget, TuneReport
 from tunesearch.search.samplers import DEFAULT_SAMPLER
-from tunesearch.search.supervise import run_workers
+from tunesearch.search.cluster import run_cluster
+from tunesearch.search.supervise import open_leases, run_workers
 from tunesearch.search.tune import keep_defaults, tune_kernels
 
 
@@ -30,21 +31,26 @@ class ModelTuning:
 
 def tune_model(model, device: str, budget: Budget = Budget(), *, store, inputs=None,
                sampler: str = DEFAULT_SAMPLER, seed: int = 0, retune: bool = False,
-               workers: int = 1, progress: bool = True, repeat: int = 10, storage=None,
+               workers: int = 1, cluster: str | None = None, progress: bool = True, repeat: int = 10, storage=None,
                name: str | None = None, processes: int = in_model.PROCESSES) -> ModelTuning:
     """Tune every kernel of `model` (an OnnxModel, or anything with `schedule`, `profile`,
     `constant_inputs`, `reset_plans`, `use_lookup` and `random_inputs`) on `device` into
     `store`, and keep each winner only where it is faster inside the model too. The model is
     timed in `processes` fresh processes where it can be rebuilt in one (`model.recipe`, which
     a model loaded from a file has), else in this one. With workers > 1 several processes tune
-    into store's database together (search/supervise.py). The model runs the stored configs
+    into store's database together (search/supervise.py); with cluster (a Ray address) the
+    searches run on a Ray cluster (search/cluster.py). The model runs the stored configs
     afterwards."""
     inputs = model.random_inputs(seed=0) if inputs is None else inputs
     before = in_model.profile_with(model, inputs, repeat, store.url, use_db=False)
     kernels = [item.kernel for item in model.schedule(inputs)]
     constants = model.constant_inputs(inputs)  # weights: timed packed ahead, as runs read them
     default_times = {k.key: t for k, t in before.kernels}
-    if workers > 1:
+    if cluster:
+        report = run_cluster(kernels, device, budget, store, cluster, sampler=sampler, seed=seed,
+                             model=name, retune=retune, weights=default_times,
+                             progress=progress, constants=constants)
+    elif workers > 1 or open_leases(store, device, kernels):  # one worker joins open leases
         report = run_workers(kernels, device, budget, sampler=sampler, seed=seed,
                              db_url=store.url, n_workers=workers, model=name, retune=retune,
                              weights=default_times, progress=progress, constants=constants)

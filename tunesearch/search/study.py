@@ -24,6 +24,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from tunesearch.db import MAX_TIME_S
+from tunesearch.db.studies import OWNER_ATTR, trial_owner
 from tunesearch.errors import ctrl_c_pressed
 from tunesearch.graph.kernel import Kernel
 from tunesearch.search.measure import Measurer
@@ -96,6 +97,15 @@ class _Codec:
         return {self.name(by_name[name]): by_name[name].choices.index(v)
                 if self._as_index(by_name[name]) else v
                 for name, v in values.items() if name in by_name}
+
+
+def _ask(study: optuna.Study, beats: TrialHeartbeats) -> optuna.Trial:
+    """A new trial, kept alive by beats' heartbeat and marked with the process that asked it:
+    a worker that takes over a dead worker's lease of a shared study closes that worker's open
+    trials and no one else's."""
+    trial = beats.ask(study)
+    trial.set_user_attr(OWNER_ATTR, trial_owner())
+    return trial
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, result: MeasureResult, measured: bool,
@@ -247,7 +257,7 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
             if start not in state.history and params and space.validate(start) is None:
                 study.enqueue_trial(params, skip_if_exists=True)
         if default_result is not None:  # measured by the caller: it answers trial 0 at once
-            trial = beats.ask(study)
+            trial = _ask(study, beats)
             if space.config_from(codec.suggest(trial)) == default:
                 _tell(study, trial, default_result, True, state.penalty())
                 state.record(trial.number, default_result, True)
@@ -294,7 +304,7 @@ def _one_batch(study, codec, space, kernel, measurer, state: _Search, on_trial,
     asked: list[tuple[optuna.Trial, Config, str | None]] = []
     new: list[Config] = []
     while len(new) < room and state.since_new + len(asked) - len(new) < STALL_LIMIT:
-        trial = beats.ask(study)
+        trial = _ask(study, beats)
         pending.append(trial)
         config = space.config_from(codec.suggest(trial))
         seen = config in state.history or config in new

@@ -24,6 +24,7 @@ pipe; `tunesearch.db.studies` says where the studies live.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from typing import Iterable, Mapping
@@ -33,8 +34,9 @@ from rich.console import Console
 from tunesearch.db import DatabaseError, Store, study_storage
 from tunesearch.db.leases import DEFAULT_TTL_S, DONE, FAILED, RUNNING, LeaseBoard
 from tunesearch.graph.kernel import Kernel
-from tunesearch.runtime.device import Device
+from tunesearch.runtime.device import Device, get_device
 from tunesearch.search._spawn import SPAWN
+from tunesearch.search.capacity import check_workers
 from tunesearch.search.messages import DeviceSpec, WorkerReply
 from tunesearch.search.planning import (
     DB_WAIT_S, POLL_S, SPLIT_SHARE, MeasurerFactory, WorkerJob, default_measurer, plan_work,
@@ -42,9 +44,12 @@ from tunesearch.search.planning import (
 from tunesearch.search.progress import describe
 from tunesearch.search.results import Budget, KernelResult, TuneError, TuneReport
 from tunesearch.search.samplers import DEFAULT_SAMPLER
-from tunesearch.search.tune import check_arguments
+from tunesearch.search.tune import check_arguments, unique_kernels
 from tunesearch.search.worker import WorkerError, _worker_main
 from tunesearch.space.config import Config, ConfigError
+
+
+PRINT_EVERY_S = 2.0  # the finished kernels are read this often: the leases of every model
 
 
 class _FinishedKernelPrinter:
@@ -148,6 +153,7 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
     if store.readonly:
         raise TuneError(f"cannot save: database {store.where} is read-only")
     try:
+        check_workers(n_workers, store)
         planned = plan_work(kernels, budget, n_workers, weights, split_share)
         board = LeaseBoard(store, ttl_s=ttl_s)
         board.register(model, info.key, [item for _, item in planned], retune=retune)
@@ -164,16 +170,20 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
         processes = []
         for _ in range(n_workers):
             receive, send = SPAWN.Pipe(duplex=False)
-            process = SPAWN.Process(target=_worker_main, args=(job, send), daemon=False)
+            process = SPAWN.Process(target=_worker_main, args=(job, send, os.getpid()),
+                                    daemon=False)
             process.start()
             send.close()
             processes.append((process, receive))
+        shown = time.monotonic()
         try:
             while any(process.is_alive() for process, _ in processes):
                 for process, receive in processes:
                     if process.pid not in replies and receive.poll():
                         replies[process.pid] = _receive(receive)
-                printer.print_newly_finished()
+                if time.monotonic() - shown >= PRINT_EVERY_S:
+                    printer.print_newly_finished()
+                    shown = time.monotonic()
                 time.sleep(0.25)
         except KeyboardInterrupt:  # the workers got it too: they save and release their leases
             interrupted = True
@@ -197,6 +207,18 @@ def run_workers(kernels: Iterable, device: str | Device, budget: Budget = Budget
         raise WorkerError(f"every worker stopped, {len(unfinished)} kernel(s) not tuned: "
                           f"{errors[0]}")
     return report
+
+
+def open_leases(store: Store, device: str | Device, kernels: Iterable) -> int:
+    """Leases of these kernels on this device that are waiting or running in the store: work
+    that `tune` on other machines started, which a `tune --workers 1` joins instead of tuning
+    every kernel again on its own."""
+    key = (get_device(device) if isinstance(device, str) else device).info().key
+    keys = [kernel.key for kernel, _ in unique_kernels(kernels)]
+    try:
+        return LeaseBoard(store).pending(key, keys) if keys else 0
+    except DatabaseError:
+        return 0
 
 
 def _receive(receive) -> WorkerReply:

@@ -14,7 +14,10 @@ from typing import Callable
 from tunesearch.db import (
     DatabaseError, Store, fail_running_trials, is_transient, retry_while_unreachable, study_storage,
 )
+from tunesearch.db._engine import describe, normalize_url
+from tunesearch.db.studies import owner_of_worker
 from tunesearch.db.leases import DONE, FAILED, RUNNING, WAITING, Claim, LeaseBoard, worker_id
+from tunesearch.search._lifeline import stop_with_parent
 from tunesearch.search.measure import Measurer
 from tunesearch.search.messages import WorkerReply
 from tunesearch.search.planning import WorkerJob
@@ -24,6 +27,11 @@ from tunesearch.search.study import study_name
 from tunesearch.search.tune import open_device, tune_kernels
 
 MAX_ATTEMPTS = 3      # claims of one lease that end in an error before it is marked failed
+
+
+def where(url: str) -> str:
+    """How messages name a database: its URL without the password."""
+    return describe(normalize_url(url))
 
 
 class WorkerError(TuneError):
@@ -37,8 +45,9 @@ def _retrying(job: WorkerJob, what: str, action: Callable):
     except Exception as err:  # noqa: BLE001  (only connection failures were retried)
         if not is_transient(err):
             raise
+        detail = str(err).splitlines()[0].replace(job.db_url, where(job.db_url))
         raise WorkerError(f"cannot {what}: the database did not answer for "
-                          f"{job.db_wait_s:.0f} s ({str(err).splitlines()[0]})") from err
+                          f"{job.db_wait_s:.0f} s ({detail})") from err
 
 
 class _TrialCounter(Progress):
@@ -59,6 +68,7 @@ class _Heartbeat:
     def __init__(self, board: LeaseBoard, claim: Claim, counter: _TrialCounter, every_s: float):
         self.board, self.claim, self.counter, self.every_s = board, claim, counter, every_s
         self.lost = threading.Event()
+        self.renewed = time.monotonic()  # the last time the database confirmed the lease
         self._stop = threading.Event()
         self._interrupt = threading.current_thread() is threading.main_thread()
         self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
@@ -71,17 +81,42 @@ class _Heartbeat:
         self._stop.set()
         self._thread.join()
 
+    def stale(self) -> bool:
+        """Whether another worker may hold the lease now: renewal refused, or not confirmed
+        for longer than its time to live (this worker was cut off from the database)."""
+        return self.lost.is_set() or \
+            time.monotonic() - self.renewed > self.board.ttl.total_seconds()
+
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             try:
                 held = self.board.renew(self.claim, self.counter.value)
             except Exception:  # noqa: BLE001  (the database is away; the lease holds its TTL)
                 continue
-            if not held:
+            if held:
+                self.renewed = time.monotonic()
+            else:
                 self.lost.set()
                 if self._interrupt and not self._stop.is_set():
                     _thread.interrupt_main()
                 return
+
+
+class _LeaseStore:
+    """The worker's store while it tunes one lease: a result it saves after its lease went
+    stale is kept as unverified (a claim the next search re-times), never as a verified
+    winner, since a worker that took the lease over may be measuring the same kernel."""
+
+    def __init__(self, store: Store, beat: _Heartbeat):
+        self._store, self._beat = store, beat
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    def record(self, kernel, device, result, **kwargs):
+        if self._beat.stale():
+            result = replace(result, verified=False)
+        return self._store.record(kernel, device, result, **kwargs)
 
 
 class _Worker:
@@ -92,10 +127,11 @@ class _Worker:
         self.device = open_device(job.device)
         self.device_key = self.device.info().key
         self.kernels = {kernel.key: kernel for kernel in job.kernels}
-        self.store = _retrying(job, f"open {job.db_url}", lambda: Store(job.db_url))
+        self.store = _retrying(job, f"open {where(job.db_url)}", lambda: Store(job.db_url))
         self.board = LeaseBoard(self.store, ttl_s=job.ttl_s)
         self.storage = None
         self.errors: dict[int, int] = {}  # lease id -> claims that ended in an error
+        self.finished: set[int] = set()   # claims given back (or lost), never twice
 
     def run(self) -> int:
         """Tune until no lease of these kernels is waiting or running; returns leases done."""
@@ -112,7 +148,12 @@ class _Worker:
                         break
                     time.sleep(self.job.poll_s)  # others hold the rest; one may die
                     continue
-                done += self._tune(claim, measurer) == DONE
+                try:
+                    done += self._tune(claim, measurer) == DONE
+                except KeyboardInterrupt:  # stopped before the tuning began: give it back
+                    if claim.claim_id not in self.finished:
+                        self._finish(claim, WAITING, claim.trials, "interrupted")
+                    raise
         finally:
             measurer.close()
             self.store.close()
@@ -121,6 +162,7 @@ class _Worker:
         return done
 
     def _finish(self, claim: Claim, state: str, trials: int, message: str = "") -> str:
+        self.finished.add(claim.claim_id)
         _retrying(self.job, "finish a lease", lambda: self.board.finish(
             claim, state, trials=trials, message=message))
         return state
@@ -130,9 +172,10 @@ class _Worker:
         job, kernel = self.job, self.kernels[claim.kernel_key]
         if self.storage is None:
             self.storage = _retrying(job, "open the studies", lambda: study_storage(job.db_url))
-        if claim.taken_over and claim.slots == 1:  # the dead worker's open trials are closed
+        if claim.taken_over:  # the dead worker's open trials are closed, and only those
+            owner = None if claim.slots == 1 else owner_of_worker(claim.previous_worker or "")
             _retrying(job, "close a dead worker's trials", lambda: fail_running_trials(
-                self.storage, study_name(kernel, claim.device_key)))
+                self.storage, study_name(kernel, claim.device_key), owner))
         trials = None
         if job.budget.trials is not None:  # the trials its earlier holders measured count
             trials = max(1, claim.budget - claim.trials) if claim.budget else job.budget.trials
@@ -146,13 +189,15 @@ class _Worker:
         try:
             with beat:
                 report = tune_kernels([kernel], self.device, budget, job.sampler,
-                                      job.seed + claim.slot, store=self.store, progress=counter,
+                                      job.seed + claim.slot, store=_LeaseStore(self.store, beat),
+                                      progress=counter,
                                       retune=True, measurer=measurer, storage=self.storage,
                                       constants=job.constants)
         except KeyboardInterrupt:
             if not beat.lost.is_set():
                 self._finish(claim, WAITING, counter.value, "interrupted")
                 raise
+            self.finished.add(claim.claim_id)
             return RUNNING  # lost: the worker that took the lease over finishes it
         except TuneError:
             self._finish(claim, WAITING, counter.value)
@@ -191,19 +236,28 @@ def run_worker(job: WorkerJob, name: str | None = None) -> int:
     return _Worker(job, name or worker_id()).run()
 
 
-def _worker_main(job: WorkerJob, conn) -> None:
-    """The entry point of a spawned worker: sends one WorkerReply on its own pipe, then exits."""
+def _worker_main(job: WorkerJob, conn, parent: int | None = None) -> None:
+    """The entry point of a spawned worker: sends one WorkerReply on its own pipe, then exits.
+    parent: the pid of the tune that started it; the worker stops when that process is gone."""
+    stop_with_parent(parent)
     try:
         done = run_worker(job)
     except KeyboardInterrupt:
-        conn.send(WorkerReply("interrupted"))
+        _reply(conn, WorkerReply("interrupted"))
         sys.exit(130)
     except (TuneError, DatabaseError) as err:
         print(f"tunesearch worker: error: {err}", file=sys.stderr)
-        conn.send(WorkerReply("error", message=str(err)))
+        _reply(conn, WorkerReply("error", message=str(err)))
         sys.exit(3)
     except BaseException as err:  # noqa: BLE001
         traceback.print_exc(file=sys.stderr)
-        conn.send(WorkerReply("error", message=f"{type(err).__name__}: {err}"))
+        _reply(conn, WorkerReply("error", message=f"{type(err).__name__}: {err}"))
         sys.exit(1)
-    conn.send(WorkerReply("ok", leases_done=done))
+    _reply(conn, WorkerReply("ok", leases_done=done))
+
+
+def _reply(conn, reply: WorkerReply) -> None:
+    try:
+        conn.send(reply)
+    except OSError:  # the parent is gone: nobody to tell
+        pass
