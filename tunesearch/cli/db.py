@@ -28,6 +28,7 @@ from rich.text import Text
 from tunesearch.cli.arguments import (MAX_DAYS, ArgumentParser, add_db_argument, database,
                                       integer, number)
 from tunesearch.cli.exit_codes import run_command
+from tunesearch.search.saving import check_config_versions
 from tunesearch.db import (
     DatabaseError, ResultRecord, Store, head_revision, read_database, read_export,
 )
@@ -113,20 +114,9 @@ def _export(args: argparse.Namespace, console: Console) -> None:
     console.print(f"exported {count} result(s) from {store.where} to {args.file}")
 
 
-def _check_configs(exchange, source: str) -> None:
-    """Refuse an input with a config of a space version this tunesearch does not know: the
-    database layer checks what a config is, the space which versions it reads."""
-    from tunesearch.space.config import ConfigError, check_version
-    for i, (_, _, result) in enumerate(exchange.results):
-        try:
-            check_version(result.config)
-        except ConfigError as err:
-            raise DatabaseError(f"{source}: results[{i}]: {err}") from None
-
-
 def _import(args: argparse.Namespace, console: Console) -> None:
     exchange = read_export(args.file)  # the whole file is checked before the database is opened
-    _check_configs(exchange, args.file)
+    check_config_versions(exchange, args.file)
     with Store(args.db) as store:
         count = store.absorb(exchange)
     console.print(f"imported {args.file} into {store.where}: {count} result(s) are new bests")
@@ -134,7 +124,7 @@ def _import(args: argparse.Namespace, console: Console) -> None:
 
 def _merge(args: argparse.Namespace, console: Console) -> None:
     exchange = read_database(args.other_url)  # read and checked before the target is opened
-    _check_configs(exchange, args.other_url)
+    check_config_versions(exchange, args.other_url)
     with Store(args.db) as store:
         count = store.absorb(exchange)
     console.print(f"merged into {store.where}: {count} result(s) are new bests")

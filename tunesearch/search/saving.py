@@ -8,11 +8,22 @@ minutes of search are spent on results that could not be kept.
 """
 from __future__ import annotations
 
-from tunesearch.db import DeviceRecord
+from tunesearch.db import DatabaseError, DeviceRecord
 from tunesearch.runtime.device import Device, get_device
+from tunesearch.space.config import ConfigError, check_version
 
 
 def check_writable(store, device: str | Device) -> None:
     """Raise the store's `DatabaseError` (one line) when it cannot record a result."""
     info = (get_device(device) if isinstance(device, str) else device).info()
     store.touch_device(DeviceRecord(info.key, info.backend, info.name, info.as_dict()))
+
+
+def check_config_versions(exchange, source: str) -> None:
+    """Refuse an input with a config of a space version this tunesearch does not know: the
+    database layer checks what a config is, the space which versions it reads."""
+    for i, (_, _, result) in enumerate(exchange.results):
+        try:
+            check_version(result.config)
+        except ConfigError as err:
+            raise DatabaseError(f"{source}: results[{i}]: {err}") from None
