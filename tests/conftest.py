@@ -97,3 +97,4 @@ def postgres_url():
 from tests.fuzz.counting import (  # noqa: E402,F401
     pytest_sessionfinish, pytest_terminal_summary, pytest_testnodedown,
 )
+

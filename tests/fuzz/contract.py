@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.fuzz.counting import tried
 from tunesearch.cli import main
-from tunesearch.runtime import kernel_run
+from tunesearch.runtime import graphviz
 
 # settings a case may not inherit from the shell that started the tests
 _CLEARED = ("DEBUG", "GRAPH", "GRAPH_PATH", "TUNESEARCH_DB", "TUNESEARCH_NODB", "TUNESEARCH_TUNE",
@@ -89,7 +89,7 @@ def run_cli(argv: list[str], folder: Path, env: dict[str, str] | None = None,
     finally:
         # a process renders its GRAPH=1 drawing when it exits, in its folder: this case's
         # folder is gone by then, so the drawing is forgotten as the case's process would be
-        kernel_run._saved.clear()
+        graphviz._saved.clear()
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
