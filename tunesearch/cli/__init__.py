@@ -49,16 +49,6 @@ def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def check_device_setting() -> None:
-    """Refuse an unknown TUNESEARCH_DEVICE before any command works: it names the default
-    device, and a typo must not quietly mean another device."""
-    from tunesearch.runtime.device import DEVICES
-    name = settings.default_device()
-    if name.split(":")[0].lower() not in DEVICES:
-        raise UsageError(f"environment variable TUNESEARCH_DEVICE={name!r} is not a device; "
-                         f"known devices: {', '.join(DEVICES)}")
-
-
 def _check_graph_path() -> None:
     """GRAPH=1 writes its drawing at the end: a file that cannot be written is refused before
     the command works (and before `tune` writes its database)."""
@@ -375,7 +365,6 @@ def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _show_warning
 
     def command():
-        settings.check()
-        check_device_setting()
+        settings.check()  # numeric ranges, TUNESEARCH_DEVICE's name, the settings' paths
         return args.func(args)
     return run_command(command)

@@ -22,8 +22,9 @@ import math
 import numpy as np
 
 from tunesearch.errors import ShapeError
-from tunesearch.lowering.windows import (channels_by_taps, column_runs, padded_channels_last,
-                                         stored_channels_last, taps_by_channels)
+from tunesearch.lowering.windows import (channels_by_taps, column_runs, output_sizes,
+                                         padded_channels_last, stored_channels_last,
+                                         taps_by_channels)
 from tunesearch.runtime.device import get_device
 from tunesearch.space.cpu_model import useful_accumulators
 from tunesearch.space.cpu_space import matmul_block
@@ -51,11 +52,7 @@ def convolution(x, w, bias, groups: int, strides, dilations, pads):
         raise ShapeError(f"conv: input channels {cin} do not fit weight {tuple(w.shape)} with "
                          f"groups={groups}")
     rc = cout // groups
-    outs = []
-    for i, k, s, d, (b, e) in zip(x.shape[2:], kernel, strides, dilations, pads):
-        outs.append((i + b + e - d * (k - 1) - 1) // s + 1)
-    if any(o <= 0 for o in outs):
-        raise ShapeError(f"conv: kernel {list(kernel)} does not fit input {list(x.shape[2:])}")
+    outs = output_sizes(x.shape[2:], kernel, strides, dilations, pads)
     geometry = (strides, dilations, pads, outs)
     out = _convolve(x, w, groups, cig, rc, kernel, geometry)
     return _with_bias(x, out.reshape(batch, cout, *outs), bias)
