@@ -38,23 +38,17 @@ def shifted_tails(kernel: Kernel, upcast: tuple[int, ...], parallel_axes: tuple[
     the tail as it is, which the compiler runs in whole vectors, then narrower ones, then one
     element at a time (a tail of 7 floats at AVX2 or AVX-512: one 8-float vector against four
     instructions; 23 at AVX-512: 24, a vector and a half, against five). A tail of 4 at
-    AVX-512 is one narrower vector already (shifted to 8 it measured 4-6% slower); 23 shifted
-    to a whole 32 ran 11-15% slower than to 24 (an elementwise kernel over 55 columns), 7
-    shifted to 16 4-9% slower than to 8 (a convolution). Each output element is a pure
-    function of the inputs, so those computed twice come out the same: where an elementwise
-    expression holds an exp or a log the elements run one at a time cost as much as the rest
-    of the row (a local response normalization over 55 columns in blocks of 32 ran 2.2x faster
-    shifted), and a reduce runs its whole window for each of them (a 3x3 convolution read in
-    place over 55 columns in blocks of 16 at AVX2: 0.78 -> 0.55 ms shifted; 1x1 convolutions
-    over 13x13 positions at AVX-512 8-16% faster). Not an axis split over the threads: two
-    threads would write the same elements (storing only the lanes past the block before's
-    instead measured no faster: GCC copies such a run out through memory). Not for a reduce in
-    k tiles, whose blocks add to partial sums kept between tiles (a block shifted over another
-    would add its share twice), along an axis a panel is blocked on (its blocks are found from
-    the origin; its tail runs whole over the zero padding anyway), or read with a stride along
-    the lanes: the compiler finishes a strided read's last vector one element at a time
-    whatever its width (the vector would read past the last element; a 3x3 max pool of stride
-    2 over 55 columns in blocks of 32 at AVX2 ran 19% slower shifted)."""
+    AVX-512 is one narrower vector already. Each output element is a pure function of the
+    inputs, so those computed twice come out the same: where an elementwise expression holds
+    an exp or a log the elements run one at a time cost as much as the rest of the row, and a
+    reduce runs its whole window for each of them (docs/defaults.md). Not an axis split over
+    the threads: two threads would write the same elements (storing only the lanes past the
+    block before's instead is no faster: GCC copies such a run out through memory). Not for a
+    reduce in k tiles, whose blocks add to partial sums kept between tiles (a block shifted
+    over another would add its share twice), along an axis a panel is blocked on (its blocks
+    are found from the origin; its tail runs whole over the zero padding anyway), or read with
+    a stride along the lanes: the compiler finishes a strided read's last vector one element at a time
+    whatever its width (the vector would read past the last element)."""
     last = kernel.n_out - 1
     if last < 0 or last in parallel_axes or any(n.arg[0] == 0 for n in kernel.loads()):
         return {}

@@ -46,19 +46,17 @@ NO_SLP = '#pragma GCC optimize ("no-tree-slp-vectorize")'
 # GCC's RTL pass that moves loop invariants out of loops takes a constant of the epilogue (the
 # zero of a ReLU) out of the block loop too, and so holds a vector register through the
 # reduce: a register block sized to the register file (AVX2's 4x24, all 16 registers) then
-# keeps an accumulator on the stack, loaded and stored at every step (squeezenet's 3x3
-# convolution 48 -> 192 channels over 13x13: 1.5x slower). The loop invariants that matter
-# inside the reduce (addresses, pointers) are moved by the tree-level pass all the same.
+# keeps an accumulator on the stack, loaded and stored at every step (docs/defaults.md). The
+# loop invariants that matter inside the reduce (addresses, pointers) are moved by the
+# tree-level pass all the same.
 NO_HOIST = '#pragma GCC optimize ("no-move-loop-invariants")'
 
 # GCC's loop distribution turns a loop that only copies or zeroes into a library call. Inside a
 # parallel loop's outlined body the pointers no longer carry `restrict`, so a block's short
-# contiguous copy became a call to memmove for every few elements (a 3x3 im2col copy laid out
-# [positions, channel x kernel]: a call per 12 bytes, 5.7x slower on one thread; a depthwise
-# 3x3 convolution over 14x14 maps 2.2x). Where the block's loops unroll whole the loops stay
-# loops. Not where a block axis is longer than that: a partly rolled loop zeroing or copying
-# the accumulators is then left as such, and keeps them in memory (a 4x96 block of a grouped
-# 1x1 convolution: 2.8x slower), where as a library call they are taken apart into registers.
+# contiguous copy became a call to memmove for every few elements. Where the block's loops
+# unroll whole the loops stay loops. Not where a block axis is longer than that: a partly
+# rolled loop zeroing or copying the accumulators is then left as such, and keeps them in
+# memory, where as a library call they are taken apart into registers (docs/defaults.md).
 NO_LIBCALLS = '#pragma GCC optimize ("no-tree-loop-distribute-patterns")'
 
 

@@ -30,12 +30,9 @@ UNROLL_LANES = 64
 # number of lines ahead, which for the one packed stream, consumed rows times faster, is rows
 # times less time than the latency of the L3 or memory it comes from. 2 KiB is 32 lines: at a
 # block's rate (itemsize x fma_units / vectors bytes a cycle, 2.7 for AVX2's 4x24) some 750
-# cycles, a memory latency. A matmul of 257 rows, a 4099-deep reduce and 511 columns at AVX2
-# (A's 4 MiB packed, read again by every column block): 6.5 -> 5.6 ms on two threads, what A
-# read in place takes; matmul 1024 and 1000 at AVX2 and AVX-512 5-14%. The fetch goes to L2,
-# not L1 (prefetcht1): into L1 it crowded out the column sliver where the panel stays in L2
-# (resnet50's 196x256x2304: 7% slower), into L2 it costs nothing there. Only panels packed in
-# the call (see CKernel.walked).
+# cycles, a memory latency. The fetch goes to L2, not L1 (prefetcht1): into L1 it crowded out
+# the column sliver where the panel stays in L2, into L2 it costs nothing there. Only panels
+# packed in the call (see CKernel.walked; docs/defaults.md).
 PREFETCH_AHEAD = 2048
 
 
@@ -48,8 +45,7 @@ class BlockReads:
     pointer, the lanes and the inner index in its subscript. Each lane's element is then the
     pointer plus a constant, one register for every row of the block; with the whole index
     in the subscript GCC kept a pointer per row, spilled them to mask registers and reloaded
-    one per row at every step (resnet50's 3x3 convolution over 28x28x128 in 6x64 blocks:
-    17% slower)."""
+    one per row at every step."""
 
     def __init__(self, ck: CKernel):
         self.ck = ck
@@ -270,19 +266,15 @@ class BlockFunction:
 
         Without a reduce, the last axis's lanes as a simd loop: fully unrolled, GCC's
         straight-line vectorizer gives up on the int index arithmetic and writes a block element
-        by element. Not after a reduce: there it takes the accumulators out of the registers
-        (a 1024 matmul ran at half its speed). After a reduce (untiled), the block's sums are
-        first copied out element by element into an array of their own, and the epilogue runs
-        as a simd loop over that copy: left element by element, GCC compiles a ReLU in it to a
-        compare and a branch per element, which costs more than the whole reduce where that is
-        short (a grouped 1x1 convolution six channels deep: 1.6x faster). The copy runs one
-        vector at a time as well: fully unrolled with SLP off, GCC took every lane out of its
-        register on its own (384 extractions after each 6x64 block; resnet50's 64-deep 1x1
-        convolutions to 256 channels ran 25% slower, its whole network 5% on one thread and
-        13% on two).
+        by element. Not after a reduce: there it takes the accumulators out of the registers.
+        After a reduce (untiled), the block's sums are first copied out element by element into
+        an array of their own, and the epilogue runs as a simd loop over that copy: left
+        element by element, GCC compiles a ReLU in it to a compare and a branch per element,
+        which costs more than the whole reduce where that is short. The copy runs one vector at
+        a time as well: fully unrolled with SLP off, GCC took every lane out of its register on
+        its own (384 extractions after each 6x64 block).
         With a k tile, all tiles but the last store the partial sums as vectors straight from
-        the accumulators (through the copy, element by element, they took a third of a k-tiled
-        3x3 convolution's time at 64-deep tiles); the last runs the epilogue on the copy."""
+        the accumulators; the last runs the epilogue on the copy (docs/defaults.md)."""
         ck = self.ck
         n_out, reduce_node, tiled, part_idx = ck.n_out, ck.reduce_node, ck.tiled, ck.part_idx
         body = []

@@ -114,8 +114,8 @@ class CKernel:
         # the whole panels the block loop walks through, a block's slice at a time (A's rows
         # under the column blocks): each block's reduce fetches its slice ahead
         # (PREFETCH_AHEAD). Only a panel packed in the call, just written and in L2 or L3: a
-        # weight's panel packed when the plan was built measured slower so (vgg19's 9 MiB
-        # 512x4608 one, from memory in every call: 7-9% on two threads)
+        # weight's panel packed when the plan was built, read from memory in every call, ran
+        # slower so (docs/defaults.md)
         self.walked = [i for i, p in packs.items() if i not in self.streamed
                        and i not in prepacked and order and order[0] not in p.axes and p.axes]
 

@@ -5,7 +5,7 @@ A masked read written as `test ? x[i] : 0` is a load under a condition; GCC vect
 where it can make it a masked vector load at an address that moves by whole elements with the
 lanes. A test on an axis other than the lanes (the neighbour channel a local response
 normalization reads, the row of a padded copy) gives it neither: the whole block then runs one
-element at a time (a padded copy 5.6x slower, a local response normalization 2x). So:
+element at a time (docs/defaults.md). So:
 
 - the index of each masked axis other than the lanes is clamped into its valid range, which makes
   the read an in-bounds address whatever the test says: it is read unconditionally, and its value
@@ -15,7 +15,7 @@ element at a time (a padded copy 5.6x slower, a local response normalization 2x)
   condition on the load: a masked vector load at an affine address, which GCC does vectorize.
   Where it reads them a stride apart (a transposed read), the lanes are gathered either way and
   their axis is clamped too: GCC gathers unconditionally but leaves a masked gather one element
-  at a time (a transposing padded copy 4.7x faster so).
+  at a time.
 
 Where a test passes, its clamp changes nothing, so the value read is the one the plain read gives.
 """

@@ -8,12 +8,8 @@ others compute at register speed. Here each inner block fetches its share of the
 (1 / inner blocks of it) in its reduce, a line or a few every step, so the next panel is in L2
 when its blocks start and the stream runs beside the arithmetic instead of before it.
 
-Measured on resnet50's weights (Xeon, AVX-512, one thread, in the plan's order): a 49x2048x1024
-1x1 convolution in 5x80 blocks 1.61 -> 1.23 ms (old and new code alternating), the k-tiled 3x3
-convolutions over 7x7x512 (49x512x4608) 1.86 -> 1.45 ms and the direct 3x3 ones over 14x14x256
-1.32 -> 1.16 ms (old and new build 20 minutes apart). The fetch goes to every
-level (prefetcht0): into L2 only (prefetcht1, prefetcht2) it measured the same or slower, and
-AMD's cores fill L1 and L2 for every hint alike.
+The fetch goes to every level (prefetcht0): into L2 only (prefetcht1, prefetcht2) is no faster,
+and AMD's cores fill L1 and L2 for every hint alike (docs/defaults.md).
 
 Only where the current and the next panel's slices fit in L2 together: a panel larger than
 half of L2 would evict itself while its own blocks still read it.

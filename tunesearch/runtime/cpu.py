@@ -177,8 +177,7 @@ class CPUDevice(Device):
         def rebind(buffer: Buffer, array: np.ndarray | None = None) -> None:
             """Point the kernels that read `buffer` at `array` (C-contiguous, aligned, its
             size and dtype) instead, read in place; None points them back at the buffer. A
-            model's input so needs no copy into its buffer (the odd MLP's 37x1000 input: 8
-            of 143 us a call)."""
+            model's input so needs no copy into its buffer."""
             address = _address(buffer) if array is None else array.ctypes.data
             for i in slots.get(buffer.serial, ()):
                 args[i] = address

@@ -40,7 +40,7 @@ def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
         if kernel.domain[order[0]] % layout["upcast"][order[0]] and reads_windows(kernel):
             # a convolution's row read in place in blocks that end in a tail (56 columns: 48
             # and 8): shared as they come, one thread takes the whole blocks and another the
-            # tails, so the loop of many blocks goes outside (2 threads: 1.6x faster). Not a
+            # tails, so the loop of many blocks goes outside (docs/defaults.md). Not a
             # matmul's: its column blocks outermost keep their slivers in L2
             order = layout["order"] = (order[1], order[0], *order[2:])
             parallel = 1 if blocks[order[0]] >= 4 * threads else 2
@@ -119,7 +119,6 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             unroll = 4
             if last is not None:
                 # several outputs' partial sums at once: their sums in flight side by side
-                # (a 1000x1024 matrix-vector product: 1.7x faster with 4 rows)
                 rows = cpu_model.reduce_rows(target, split, itemsize)
                 upcast[last] = max(u for u in (1, 2, 4, 8) if u <= min(rows, domain[last]))
         elif last is not None:
@@ -147,16 +146,15 @@ def _reads_across(loads, last: int | None) -> bool:
     """Whether an operand lies across the reduce: read with a stride along it and
     contiguously along the last output axis (a matrix-vector product whose matrix is laid
     out [reduce, outputs], as a 1x1 convolution over a 1x1 map reads its weight transposed).
-    Partial sums along the reduce would gather it a lane at a time (densenet121's classifier,
-    1024x1000: 6 GFLOPS); the vector lanes run over the outputs instead, each a row of it."""
+    Partial sums along the reduce would gather it a lane at a time; the vector lanes run over
+    the outputs instead, each a row of it."""
     return last is not None and any(v.strides[-1] not in (0, 1) and v.strides[last] == 1
                                     for v in loads)
 
 
 def output_order(kernel: Kernel) -> tuple[int, ...]:
     """An elementwise kernel's loops in the order its output lies in memory, so that it
-    writes one contiguous stream (an im2col copy [positions, channel x kernel] looped
-    channels outermost wrote 9 floats a step 2304 apart: 2.6x slower); axes of size 1 last."""
+    writes one contiguous stream; axes of size 1 last."""
     strides = kernel.out_view.strides
     real = sorted((a for a in range(kernel.n_out) if kernel.domain[a] > 1),
                   key=lambda a: -abs(strides[a]))

@@ -131,9 +131,9 @@ def matmul_layout(kernel: Kernel, target: Target, gemm: tuple[int, int, int],
     whole = upcast[col] - part + target.lanes(itemsize)
     if b_side in pack and bin(part).count("1") > 1 and whole in upcast_choices(col):
         # a part vector that is no one narrower vector runs its reduce on a whole
-        # one where the panel is padded: 80 for 77 columns (the odd MLP's 37x333 by
-        # 333x77 product at AVX-512: 16.5 -> 8.7 us), where GCC ran the 13 columns
-        # as 8, 4 and 1 at every step. 24 columns (16 and 8) stay: as fast as 32
+        # one where the panel is padded (80 for 77 columns), where GCC ran the 13
+        # columns as 8, 4 and 1 at every step; 24 columns (16 and 8) stay
+        # (docs/defaults.md)
         upcast[col] = whole
     return dict(upcast=upcast, pack=pack, unroll=unroll, ktile=ktile, first=first,
                 last=last_axis, cblock=cblock, group_tile=group_tile)
@@ -161,15 +161,7 @@ def fill_group(target: Target, panel_bytes: int, rows_bytes: int) -> int:
     them, and the next group's fill needs the same room: twice the group fits there
     (cpu_model.fits), beside the rows every column block reads (rows_bytes, the row side's
     sliver of the reduce or its tile) where those stay there too; where they do not, they
-    stream past either way (two blocks of the whole reduce beside the skinny shape's A, 1 MiB,
-    ran 10% slower than one at SSE4 on two threads; four under a 1024 tile 1.06x OpenBLAS).
-    Measured on the AVX-512 Xeon, 64x4096x4096 (B's rows 16 KiB apart, 16 row blocks a
-    column block): at AVX2, 4 blocks under a 1024 tile, 0.80-0.82 -> 0.92-0.93x OpenBLAS on
-    one thread and 0.84-0.86 -> 0.92-0.96x on two; at SSE4, 8 blocks, 0.96 -> 1.12x and 0.94
-    -> 1.06x; at AVX-512, 2 blocks, within the noise (1.07 against 1.04x). Matmul 1024 (rows
-    a page apart) the same at every level (+-2%); the first 7x7 convolution of resnet50 and
-    densenet121 and their 1x1 convolutions over 56x56 maps 2-6% faster on one thread, the
-    same on two."""
+    stream past either way (docs/defaults.md has the measurements)."""
     beside = rows_bytes if cpu_model.fits(target.l2, rows_bytes) else 0
     return max(c for c in CBLOCKS
                if c == 1 or cpu_model.fits(target.l2, 2 * c * panel_bytes + beside))
@@ -197,15 +189,9 @@ def _weight_read_again(kernel: Kernel, index: int, upcast: list[int],
     """Whether the column side is a weight that more than one row block reads: its panel is
     made once, when a plan is built, so every row block reads one contiguous stream in the
     order the reduce takes it, for nothing per call, instead of a run of the block's columns
-    a row apart at every step. Measured in the plan's order, the changed kernels of each
-    model (AVX-512 Xeon, one / two threads): resnet50 4.16 -> 3.42 / 2.52 -> 2.20 ms (its
-    1x1 convolutions over 14x14 maps), inception_v1 7.44 -> 6.47 / 3.93 -> 3.49, densenet121
-    1.68 -> 1.60 / 1.12 -> 0.93, shufflenet 0.56 -> 0.50 / 0.40 -> 0.35, squeezenet 1.40 ->
-    1.33 / 0.86 -> 0.81, the transformer block 4% / 3%; at AVX2 the same or 12-25% faster.
-    The row blocks count along every output axis the weight does not vary on: a convolution
-    reading its windows in place channels last has its rows along the output rows and
-    columns, a block a whole row (squeezenet's 3x3 convolutions over 13x13 maps, 13 row
-    blocks: 470 -> 360 us each packed, one thread)."""
+    a row apart at every step (docs/defaults.md). The row blocks count along every output
+    axis the weight does not vary on: a convolution reading its windows in place channels
+    last has its rows along the output rows and columns, a block a whole row."""
     if index not in constants:
         return False
     view = next(n.arg[1] for n in kernel.loads() if n.arg[0] == index)
@@ -214,11 +200,8 @@ def _weight_read_again(kernel: Kernel, index: int, upcast: list[int],
 
 
 # a column side whose reduce steps lie half a page apart (or more, less than a page) is packed
-# on every call only where at least this many row blocks read the panel: in the plan's order
-# on the AVX-512 Xeon, one thread, the convolutions over 28x28 maps of resnet50 and
-# densenet121 with 16 row blocks 3-13% faster each packed (two threads 1-10%), inception_v2's
-# with 12 row blocks -11% to +9%, with 8 row blocks 4-11% slower, with 4 (densenet121's 32
-# channels) 10-15% slower
+# on every call only where at least this many row blocks read the panel, so the copy is read
+# often enough to pay (docs/defaults.md)
 HALF_PAGE_PACK_READS = 16
 
 
@@ -227,21 +210,17 @@ def _steps_on_own_pages(kernel: Kernel, target: Target, view, reduce_axes: list[
     """Whether each step of the innermost reduce axis reads the column sliver on a page of its
     own (an im2col copy's or a wide matmul operand's rows, a page or more apart), or on half
     of one where at least HALF_PAGE_PACK_READS row blocks (`reads`) read it, and the sliver
-    does not stay in L1. Every row block reads the sliver again: in place, at a page
-    and a TLB entry per step, which the prefetchers do not cross; packed, with the column
-    blocks outermost, it is filled block by block just before its row blocks
-    (codegen/c.py, streamed panels): one read of the sliver, which the first row block
-    would make anyway, and a write into L2, after which every re-read is one contiguous
-    stream. vgg19's 128x12544x1152 convolution: 1.66x. (Where the threads share the column
-    loop with the next, fewer than four column blocks a thread, the panel is filled whole
-    ahead instead: a few blocks' worth, which stays in the caches.) A sliver that L1 holds
-    beside the row side's stream (all its ways but one, cpu_model.holds) is re-read from
-    there: the copy would only add. A first convolution's 27 steps, 5-15% slower packed; the
-    7x7 one's 147 (28 KiB of 48 columns, a 32 KiB L1) and 1x1 convolutions of 96-128 input
-    channels over 56x56 and 55x55 maps 9-28% faster in place, in the plan's order, on one
-    and on two threads (Zen 4, AVX-512). Steps half a page apart (an im2col copy of a 28x28
-    map, 3 KiB a step) leave the prefetchers one or two steps a page, no run to follow
-    either, but the copy, made on every call, must be read often enough."""
+    does not stay in L1. Every row block reads the sliver again: in place, at a page and a TLB
+    entry per step, which the prefetchers do not cross; packed, with the column blocks
+    outermost, it is filled block by block just before its row blocks (codegen/c.py, streamed
+    panels): one read of the sliver, which the first row block would make anyway, and a write
+    into L2, after which every re-read is one contiguous stream. (Where the threads share the
+    column loop with the next, fewer than four column blocks a thread, the panel is filled
+    whole ahead instead: a few blocks' worth, which stays in the caches.) A sliver that L1
+    holds beside the row side's stream (all its ways but one, cpu_model.holds) is re-read from
+    there: the copy would only add (docs/defaults.md). Steps half a page apart (an im2col copy
+    of a 28x28 map, 3 KiB a step) leave the prefetchers one or two steps a page, no run to
+    follow either, but the copy, made on every call, must be read often enough."""
     steps = prod(kernel.domain[kernel.n_out:])
     step = _reduce_step_bytes(view, reduce_axes, itemsize)
     apart = step >= cpu_model.PAGE or (2 * step >= cpu_model.PAGE and
@@ -251,14 +230,7 @@ def _steps_on_own_pages(kernel: Kernel, target: Target, view, reduce_axes: list[
 
 # a row side packed on every call (not a weight, which a plan packs once) is copied whole for
 # the column blocks that read it: it pays only where at least this many of them read the panel
-# (each block reads every row, or one row block's, again). Measured: resnet50's 3x3
-# convolutions over 14x14 maps, their im2col rows read by 4 column blocks of 64 channels,
-# 1.20x faster in place (AVX-512 Xeon); its 1x1 convolutions reading channels-first inputs
-# with the positions as rows, 1.13x faster in place with 4 column blocks, 1.11-1.37x slower
-# with 8 (the same Xeon), and such convolutions with 2-6 column blocks in densenet121,
-# inception_v1/v2, shufflenet and squeezenet 4-16% faster each in place (one at 6, 13% slower);
-# on the Zen 3 (AVX2), packing a matmul's rows where they leave L2 paid from 8 column blocks
-# on (257x4099x511, 1000, 1024 and 64x4096x4096: 4-10%)
+# (each block reads every row, or one row block's, again; docs/defaults.md)
 PER_CALL_PACK_READS = 8
 
 
@@ -277,12 +249,7 @@ def _weight_rows_apart(kernel: Kernel, target: Target, view, row: int, col: int,
     call) is read better packed: where its rows lie a cache line or more apart, every step of
     the reduce reads a line of each row of the register block, one stream per row (a page
     apart or more from 1024 floats of reduce on), where the panel is one stream in the order
-    the reduce takes it. Measured in the plan's order (Zen 4, AVX-512, one thread): the
-    convolutions over 28x28 and 14x14 maps of resnet50 and densenet121 (weights 128-1152
-    floats a row, 8-12 rows a block) 7-17% faster each, their models' changed kernels 3-4% on
-    one thread and 2-4% on two, shufflenet's 10% and inception_v2's 6% on one thread, 1% at
-    AVX2 (resnet50); those over 56x56 maps (rows 64-256 floats) and the direct 3x3
-    convolutions within +-4%."""
+    the reduce takes it (docs/defaults.md)."""
     itemsize = kernel.buffers[0].dtype.itemsize
     return _rows_read_again(kernel, view, col, upcast) and \
         abs(view.strides[row]) * itemsize >= target.l1d.line
@@ -348,10 +315,7 @@ def _rows_tile(kernel: Kernel, target: Target, row: int, col: int, upcast: list[
     sliver of the whole reduce (cpu_model.stay_together), or where it is too large to stay
     there alone (cpu_model.fits: then it streams from L3 as a panel, tiled or not); else the
     largest tile for which the two slivers of a tile do (BLIS's kc, sized so that its block
-    of A stays in L2 while the column blocks take it in turn). resnet50's 3x3 convolutions
-    over 7x7 maps (49 positions by 512 channels, 4608 deep: a 1.2 MiB column sliver and
-    0.9 MiB of rows, a 2 MiB L2): 2.5 -> 2.1 ms each in the plan's order with a tile of 1024
-    on one thread (AVX-512 Xeon; 2.1-2.15 ms with any tile from 64 to 1024)."""
+    of A stays in L2 while the column blocks take it in turn; docs/defaults.md)."""
     domain, n_out = kernel.domain, kernel.n_out
     step = prod(domain[n_out + 1:]) * kernel.buffers[0].dtype.itemsize  # a tile step's row
     rows, columns = domain[row] * step, upcast[col] * step

@@ -62,8 +62,7 @@ def registers_needed(rows: int, vectors: int, windows: bool = False) -> int:
     windows: the column vectors are a convolution's windows read in place. Its taps are
     short unrolled steps, each loading new vectors shifted by an element, and with no register
     to spare GCC folds those loads into the FMAs: one load per FMA instead of one per vector
-    (densenet121's 3x3 convolution over 56 columns at AVX2: 4x24 1.3x slower than 6x16).
-    Such a block keeps one register spare."""
+    (docs/defaults.md). Such a block keeps one register spare."""
     return rows * vectors + vectors + (2 if windows else 1)
 
 
@@ -85,9 +84,8 @@ def register_block(target: Target, itemsize: int = 4, rows_max: int = MAX_BLOCK_
     columns = [c for c in (column_choices or range(lanes, lanes * MAX_BLOCK_VECTORS + 1, lanes))
                if c <= min(columns_max, lanes * MAX_BLOCK_VECTORS)] or [min(lanes, columns_max)]
     if tail_vectors and any(c % lanes == 0 for c in columns):
-        # whole vectors only: a part vector in the block costs at every step of the reduce (a
-        # 3x3 convolution over 56 columns at AVX-512: 6 x 56 1.25x slower than 6 x 48 with a
-        # tail block of 8), and the tail block takes no more vectors than it needs
+        # whole vectors only: a part vector in the block costs at every step of the reduce,
+        # and the tail block takes no more vectors than it needs (docs/defaults.md)
         columns = [c for c in columns if c % lanes == 0]
     busy = target.fma_units * target.fma_latency
     best, best_score = RegisterBlock(1, 1, lanes), None
@@ -246,21 +244,12 @@ def writes_scatter(target: Target, lines_per_step: int, output_bytes: int, reduc
     follows, each such miss waits its full latency. Row blocks outermost write a few rows at
     a time, streams the prefetcher follows, but read the column side (`column_bytes`) again
     per row block, reduce / block rows lines per line written: from L3 where it stays there
-    beside the output streaming past, else from DRAM, dearer than the misses (vgg19's first
-    convolution, 5 MiB of it beside a 12 MiB output, ran 27% slower so). A long reduce hides
+    beside the output streaming past, else from DRAM, dearer than the misses. A long reduce hides
     the write misses behind its FMAs and makes the re-reads the larger cost; a reduce of at
     most SHORT_REDUCE_LINES lines keeps them to a few streamed lines per written line, less
     than one miss that waits. The memory latency that sets this limit is not in the target
-    model (no CPU reports it), so the limit is in lines. On Zen 3, inside models, row blocks
-    outermost ran 1.4-2.3x faster at reduces of 6 and 27 floats, the same at 16 and 34, and
-    35% slower at 64 (its column side, 0.8 MiB, left the 512 KiB L2). Where the whole column
-    side stays in L2 the re-reads come from there, at any reduce: on the AVX-512 Xeon (2 MiB
-    L2), in the plan's order, resnet50's 1x1 convolutions of 64 channels into 256 over 56x56
-    maps (0.8 MiB of input, 3.1 MiB of output) 1.4-1.6x faster so where they read the
-    residual beside the output, 10% slower where they do not (its projection, one thread;
-    faster on two), and its five others that change (128-256 channels into 512 over 28x28
-    maps) 5-10%: 8.5 -> 7.5 ms on one thread, 5.1 -> 4.2 on two, 13.8 -> 10.5 and 7.4 -> 6.0
-    at AVX2."""
+    model (no CPU reports it), so the limit is in lines. Where the whole column side stays in
+    L2 the re-reads come from there, at any reduce (docs/defaults.md)."""
     return lines_per_step > PREFETCH_STREAMS and not fits(target.l2, output_bytes) and (
         fits(target.l2, column_bytes) or (
             reduce_bytes <= SHORT_REDUCE_LINES * target.l1d.line and
@@ -278,10 +267,7 @@ def threads_share_rows(target: Target, row_bytes: int, column_bytes: int,
     A + B / threads against A / threads + B: the rows go outermost where the row side is the
     larger, as long as the whole column side stays in the thread's L2, where every row block
     reads it again. One thread reads both once either way and keeps the column blocks
-    outermost (BLIS's order). On the AVX-512 Xeon, two threads, in the plan's order:
-    resnet50's 1x1 convolutions of 128 and 256 channels into 512 over 28x28 maps (1.6 MiB of
-    input, 0.25 and 0.5 MiB of weight) 430 -> 314 us and 751 -> 639 us; on one thread the
-    same within 4%."""
+    outermost (BLIS's order; docs/defaults.md)."""
     return target.threads > 1 and column_blocks > 1 and column_bytes < row_bytes \
         and fits(target.l2, column_bytes)
 

@@ -102,8 +102,8 @@ class CPUSpace(Space):
         """The most a block of the axis may cover: its size, or for a matmul's column axis its
         size rounded up to whole vectors. A block of 80 over 77 columns runs its reduce on five
         whole vectors where the column panel is padded (packed), instead of four and a part
-        vector GCC runs as narrower vectors and lone floats (the odd MLP's 37x333 by 333x77
-        product at AVX-512: 16.5 -> 8.7 us)."""
+        vector GCC runs as narrower vectors and lone floats (docs/defaults.md,
+        space/cpu_matmul.py)."""
         size = self.kernel.domain[axis]
         if self._gemm is None or self._gemm[1] != axis:
             return size

@@ -263,8 +263,7 @@ class Tensor(MovementMixin, UnaryMixin, NNMixin):
             return out.reciprocal() if exponent < 0 else out
         if isinstance(exponent, (int, float)) and float(4 * exponent).is_integer() and \
                 abs(exponent) <= 8 and self.dtype.is_float:
-            # quarters by square roots: exact where exp2(log2) is not, and cheaper (a local
-            # response normalization's ** 0.75 in inception_v1: 0.9 -> 0.4 ms); NaN below 0
+            # quarters by square roots: exact where exp2(log2) is not, and cheaper; NaN below 0
             whole, frac = divmod(abs(exponent), 1)
             root = self.sqrt()
             out = self ** int(whole) if whole else None
