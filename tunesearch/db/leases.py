@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Sequence
 
-from sqlalchemy import Connection, and_, func, or_, select, text, update
+from sqlalchemy import Connection, Select, and_, func, or_, select, text, update
 from sqlalchemy import insert as plain_insert
 
 from tunesearch.db._models import Device, Kernel, Lease, LeaseClaim, Result, Work
@@ -190,7 +190,10 @@ class LeaseBoard:
                 if retune:  # on purpose: done and failed leases are tuned again
                     reopen = Lease.state.in_((DONE, FAILED))
                 elif item.kernel_key not in tuned:  # done, but its result was pruned since
-                    reopen = Lease.state == DONE
+                    # asked again in the update itself: a worker may have stored the result and
+                    # finished the lease since `tuned` was read (it stores before it finishes)
+                    reopen = and_(Lease.state == DONE, Lease.kernel_key.not_in(
+                        self._trusted(device_key).where(Kernel.key == item.kernel_key)))
                 else:
                     reopen = None
                 if reopen is not None:
@@ -204,13 +207,18 @@ class LeaseBoard:
         return self.store.write(work)
 
     @staticmethod
+    def _trusted(device_key: str) -> Select:
+        """The keys of the kernels with a result on the device that is trusted: verified here,
+        with a positive time."""
+        return (select(Kernel.key).select_from(Result)
+                .join(Kernel, Kernel.id == Result.kernel_id)
+                .join(Device, Device.id == Result.device_id)
+                .where(Device.key == device_key, Result.verified.is_(True), Result.time_s > 0))
+
+    @staticmethod
     def _tuned(connection: Connection, device_key: str, kernel_keys: list[str]) -> set[str]:
-        return set(connection.execute(
-            select(Kernel.key).select_from(Result)
-            .join(Kernel, Kernel.id == Result.kernel_id)
-            .join(Device, Device.id == Result.device_id)
-            .where(Device.key == device_key, Kernel.key.in_(kernel_keys),
-                   Result.verified.is_(True), Result.time_s > 0)).scalars())  # trusted only
+        return set(connection.execute(LeaseBoard._trusted(device_key)
+                                      .where(Kernel.key.in_(kernel_keys))).scalars())
 
     def claim(self, worker: str, device_key: str, kernel_keys: Iterable[str]) -> Claim | None:
         """Take the heaviest claimable lease of these kernels on this device, or None."""
