@@ -203,8 +203,8 @@ def run_load(url: str, plan: LoadPlan, folder: str | os.PathLike) -> LoadRun:
     start = time.perf_counter()
     deadline = start + plan.timeout_s
     killed, errors, peak = {}, [], None
-    victims = random.Random(plan.seed).sample(range(plan.n_workers),
-                                              min(plan.kills, plan.n_workers - 1))
+    killable = range(plan.joins, plan.n_workers)  # the workers that join live to join
+    victims = random.Random(plan.seed).sample(killable, min(plan.kills, len(killable) - 1))
     with Store(url) as store:
         board, keys = LeaseBoard(store, ttl_s=plan.ttl_s), sorted(plan.slots())
         while any(worker.is_alive() for worker in workers) and time.perf_counter() < deadline:
