@@ -90,7 +90,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--kernels", type=int, default=500)
     parser.add_argument("--kills", type=int, default=None, help="default: workers / 8")
-    parser.add_argument("--ttl", type=float, default=2.0)
+    parser.add_argument("--ttl", type=float, default=5.0)
     parser.add_argument("--db", help="a PostgreSQL URL to use instead of a throwaway server")
     parser.add_argument("--sqlite", action="store_true", help="the same runs on SQLite after")
     args = parser.parse_args()

@@ -28,7 +28,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Sequence
 
-from sqlalchemy import Connection, Select, and_, func, or_, select, text, update
+from sqlalchemy import (
+    Connection, Select, String, and_, any_, bindparam, func, or_, select, text, update,
+)
+from sqlalchemy.dialects import postgresql
 from sqlalchemy import insert as plain_insert
 
 from tunesearch.db._models import Device, Kernel, Lease, LeaseClaim, Result, Work
@@ -65,6 +68,15 @@ CLOCKS: dict[str, Callable[[Connection], datetime]] = {
 def database_now(connection: Connection) -> datetime:
     """The current UTC time by the database's clock."""
     return CLOCKS[connection.dialect.name](connection)
+
+
+def _among(connection: Connection, column, values: list[str]):
+    """`column IN values`. On PostgreSQL one array parameter (`= ANY`): an IN list of a model's
+    hundreds of kernel keys is as many parameters, which the driver binds and the server parses
+    on every claim, and that costs more than the rest of the claim together."""
+    if connection.dialect.name == "postgresql":
+        return column == any_(bindparam(None, values, type_=postgresql.ARRAY(String)))
+    return column.in_(values)
 
 
 # -- records -----------------------------------------------------------------------------------
@@ -202,7 +214,8 @@ class LeaseBoard:
                         updated=now))
             return connection.execute(select(func.count()).select_from(Lease).where(
                 Lease.device_key == device_key, Lease.state.in_((WAITING, RUNNING)),
-                Lease.kernel_key.in_([item.kernel_key for item in items]))).scalar_one()
+                _among(connection, Lease.kernel_key, [item.kernel_key for item in items])
+            )).scalar_one()
 
         return self.store.write(work)
 
@@ -218,7 +231,8 @@ class LeaseBoard:
     @staticmethod
     def _tuned(connection: Connection, device_key: str, kernel_keys: list[str]) -> set[str]:
         return set(connection.execute(LeaseBoard._trusted(device_key)
-                                      .where(Kernel.key.in_(kernel_keys))).scalars())
+                                      .where(_among(connection, Kernel.key, kernel_keys)))
+                   .scalars())
 
     def claim(self, worker: str, device_key: str, kernel_keys: Iterable[str]) -> Claim | None:
         """Take the heaviest claimable lease of these kernels on this device, or None."""
@@ -230,7 +244,8 @@ class LeaseBoard:
                             and_(Lease.state == RUNNING, Lease.expires_at < now))
             row = connection.execute(
                 select(Lease.__table__).where(Lease.device_key == device_key,
-                                              Lease.kernel_key.in_(keys), claimable)
+                                              _among(connection, Lease.kernel_key, keys),
+                                              claimable)
                 .order_by(Lease.weight.desc(), Lease.slot, Lease.id).limit(1)
                 .with_for_update(skip_locked=True)).first()
             if row is None:
@@ -294,10 +309,11 @@ class LeaseBoard:
 
     def pending(self, device_key: str, kernel_keys: Iterable[str]) -> int:
         """How many leases of these kernels on this device are waiting or running."""
-        stmt = select(func.count()).select_from(Lease).where(
-            Lease.device_key == device_key, Lease.kernel_key.in_(list(kernel_keys)),
-            Lease.state.in_((WAITING, RUNNING)))
-        return self.store.read(lambda connection: connection.execute(stmt).scalar_one())
+        keys = list(kernel_keys)
+        return self.store.read(lambda connection: connection.execute(
+            select(func.count()).select_from(Lease).where(
+                Lease.device_key == device_key, _among(connection, Lease.kernel_key, keys),
+                Lease.state.in_((WAITING, RUNNING)))).scalar_one())
 
     def leases(self, device_key: str | None = None) -> tuple[datetime, list[LeaseRow]]:
         """Every lease (of one device, if given) with the models that registered its kernel,
