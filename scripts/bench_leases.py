@@ -33,10 +33,11 @@ from tunesearch.db import Store  # noqa: E402
 from tunesearch.search.capacity import CONNECTIONS_PER_WORKER, free_connections  # noqa: E402
 
 # column -> its format: claims and finishes per second, claim latency (of the claims that got
-# a lease), leases taken over after their worker died, renewals refused, claims that found
-# nothing, the most connections the server had open, the run's wall time
+# a lease), claims that expired and were taken over, leases that live workers found lost (a
+# renewal or the finish refused), claims that found nothing, the most connections the server
+# had open, the run's wall time
 COLUMNS = {"claims_per_s": ".0f", "finishes_per_s": ".0f", "claim_p50_ms": ".1f",
-           "claim_p99_ms": ".1f", "expired": ".0f", "renews_refused": ".0f",
+           "claim_p99_ms": ".1f", "expired": ".0f", "lost": ".0f",
            "empty_claims": ".0f", "peak_connections": ".0f", "wall_s": ".1f"}
 
 

@@ -102,7 +102,7 @@ class LoadRun:
             "claim_p99_ms": 1e3 * took[min(len(took) - 1, int(0.99 * len(took)))]
             if took else float("nan"),
             "empty_claims": len(self.of("empty")),
-            "renews_refused": sum(1 for e in self.of("renew") if not e["ok"]),
+            "lost": sum(1 for e in self.of("renew") + self.of("finish") if not e["ok"]),
             "peak_connections": self.peak_connections,
         }
 
