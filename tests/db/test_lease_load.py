@@ -1,5 +1,5 @@
 """The leases under load (tests/lease_load.py, a small version of scripts/bench_leases.py): worker
-processes claim, renew and finish a work table on a real database, two of them killed while they
+processes claim, renew and finish a work table on a real database, some of them killed while they
 hold a lease, and nothing is lost, held twice at once, or finished twice."""
 from __future__ import annotations
 
