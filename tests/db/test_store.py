@@ -201,11 +201,10 @@ def test_postgresql_scheme_without_driver_uses_psycopg(pg_url, make):
         assert store.lookup(make.kernel().key, make.device().key) is not None
 
 
-def test_elsewhere_gives_the_other_devices_of_the_backend_their_own_kernel_first(store_url,
-                                                                                 make):
-    """One device's search reads what the other devices of its backend hold: the kernel itself
-    first, then kernels of its operations in other shapes; never its own device's results, never
-    another backend's, never a kernel of other operations."""
+def test_on_backend_gives_every_device_of_the_backend_the_kernel_itself_first(store_url, make):
+    """A search reads what the devices of its backend hold: the kernel itself first, then
+    kernels of its operations in other shapes; never another backend's results, never a kernel
+    of other operations."""
     kernel = make.kernel(0)
     nearer_shape = dataclasses.replace(make.kernel(1), shapes="64x64x48")
     farther_shape = dataclasses.replace(make.kernel(2), shapes="64x64x8")
@@ -217,8 +216,10 @@ def test_elsewhere_gives_the_other_devices_of_the_backend_their_own_kernel_first
             store.record(k, other, make.result(sampler=k.key))
         store.record(kernel, this, make.result(sampler="this device"))
         store.record(kernel, gpu, make.result(sampler="another backend"))
-        found = store.elsewhere(kernel, "cpu", this.key)
-    assert [(device.key, key, shapes) for device, key, shapes, _ in found] == [
-        (other.key, kernel.key, "64x64x64"), (other.key, nearer_shape.key, "64x64x48"),
-        (other.key, farther_shape.key, "64x64x8")]
-    assert found[0][0] == other and found[0][3] == make.result().config
+        found = store.on_backend(kernel, "cpu")
+    assert sorted((device.key, key, shapes) for device, key, shapes, _ in found[:2]) == \
+        [(this.key, kernel.key, "64x64x64"), (other.key, kernel.key, "64x64x64")]
+    assert [(device.key, key, shapes) for device, key, shapes, _ in found[2:]] == [
+        (other.key, nearer_shape.key, "64x64x48"), (other.key, farther_shape.key, "64x64x8")]
+    assert other in [device for device, *_ in found]
+    assert all(config == make.result().config for *_, config in found)

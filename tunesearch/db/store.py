@@ -208,37 +208,25 @@ class Store(Database):
     def similar(self, kernel: KernelRecord, device_key: str, limit: int = 3
                 ) -> list[tuple[str, dict]]:
         """(shapes, config) of the stored results on device_key whose kernels have the same
-        operations and reduce as `kernel` but other shapes, nearest shapes first: a search
-        for this kernel starts from their winners."""
-        stmt = (select(Kernel.key.label("kernel_key"), Kernel.shapes, Kernel.canonical,
-                       *_queries.RESULT_COLUMNS)
-                .select_from(Result)
-                .join(Kernel, Kernel.id == Result.kernel_id)
-                .join(Device, Device.id == Result.device_id)
-                .where(Device.key == device_key, Kernel.ops == kernel.ops,
-                       Kernel.key != kernel.key))
+        operations and reduce as `kernel` but other shapes, nearest shapes first."""
+        stmt = _same_operations(kernel).where(Device.key == device_key,
+                                              Kernel.key != kernel.key)
         rows = self.read(lambda connection: connection.execute(stmt).all())
-        found = _by_shape(kernel, rows)
-        return [(row.shapes, result.config) for _, row, result in found[:limit]]
+        return [(row.shapes, result.config)
+                for _, row, result in _by_shape(kernel, rows)[:limit]]
 
-    def elsewhere(self, kernel: KernelRecord, backend: str, device_key: str
-                  ) -> list[tuple[DeviceRecord, str, str, dict]]:
-        """(device, kernel key, shapes, config) of the stored results on the other device keys
-        of `backend`, of `kernel` itself and of kernels with its operations and reduce in other
-        shapes: the kernel's own first, then the nearest shapes. A device new to the database
-        starts its search from them (search/starts.py ranks the devices by their
-        fingerprints). One query: the same join as `similar`, by backend instead of key."""
-        stmt = (select(Kernel.key.label("kernel_key"), Kernel.shapes, Kernel.canonical,
-                       *_queries.DEVICE_COLUMNS, *_queries.RESULT_COLUMNS)
-                .select_from(Result)
-                .join(Kernel, Kernel.id == Result.kernel_id)
-                .join(Device, Device.id == Result.device_id)
-                .where(Device.backend == backend, Device.key != device_key,
-                       Kernel.ops == kernel.ops))
+    def on_backend(self, kernel: KernelRecord, backend: str
+                   ) -> list[tuple[DeviceRecord, str, str, dict]]:
+        """(device, kernel key, shapes, config) of the stored results on every device key of
+        `backend`, of `kernel` itself and of kernels with its operations and reduce in other
+        shapes: the kernel's own first, then the nearest shapes. A search starts from them
+        (search/starts.py): this device's other shapes, the other devices' winners. One query
+        per kernel, whatever the number of devices."""
+        stmt = _same_operations(kernel, *_queries.DEVICE_COLUMNS).where(
+            Device.backend == backend)
         rows = self.read(lambda connection: connection.execute(stmt).all())
-        found = _by_shape(kernel, rows)
         return [(_queries.device_from_row(row), row.kernel_key, row.shapes, result.config)
-                for _, row, result in found]
+                for _, row, result in _by_shape(kernel, rows)]
 
     def show(self, key_prefix: str) -> list[KernelDetail]:
         """The kernels whose key starts with `key_prefix`, each with its results and trials."""
@@ -320,6 +308,17 @@ class Store(Database):
             return removed
 
         return self.write(work)
+
+
+def _same_operations(kernel: KernelRecord, *columns):
+    """The stored results of the kernels with the operations of `kernel` (its reduce and axes
+    are checked by `_by_shape`), with the columns `_by_shape` reads and `columns`."""
+    return (select(Kernel.key.label("kernel_key"), Kernel.shapes, Kernel.canonical, *columns,
+                   *_queries.RESULT_COLUMNS)
+            .select_from(Result)
+            .join(Kernel, Kernel.id == Result.kernel_id)
+            .join(Device, Device.id == Result.device_id)
+            .where(Kernel.ops == kernel.ops))
 
 
 def _by_shape(kernel: KernelRecord, rows) -> list[tuple[tuple, object, ResultRecord]]:

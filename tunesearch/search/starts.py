@@ -121,13 +121,15 @@ def _fit(space: Space, config: dict, taken: list[Config]) -> Config | None:
 
 def find_starts(store, kernel: KernelRecord, space: Space, info) -> Starts:
     """The starts of `kernel`'s search on the device `info` describes (a DeviceInfo: key,
-    backend, fingerprint): two queries, one for this device's other shapes and one for every
-    other device of its backend. No starts where the database cannot be read."""
+    backend, fingerprint), from one query of the store. No starts where the database cannot be
+    read."""
     try:
-        here = store.similar(kernel, info.key, limit=SHAPES)
-        there = store.elsewhere(kernel, info.backend, info.key)
+        rows = store.on_backend(kernel, info.backend)
     except DatabaseError:
         return Starts()
+    here = [config for device, kernel_key, _, config in rows
+            if device.key == info.key and kernel_key != kernel.key][:SHAPES]
+    there = [row for row in rows if row[0].key != info.key]
     devices: dict[str, DeviceRecord] = {}
     for device, *_ in there:
         devices.setdefault(device.key, device)
@@ -144,7 +146,7 @@ def find_starts(store, kernel: KernelRecord, space: Space, info) -> Starts:
             first.append(adapted)
             source = source or device_label(device)
     later: list[Config] = []
-    for _, config in here:
+    for config in here:
         if (adapted := _fit(space, config, first + later)) is not None:
             later.append(adapted)
     others = 0

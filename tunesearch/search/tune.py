@@ -8,8 +8,9 @@ Each kernel is tuned once however often it appears. Kernels the store already ha
 this device are skipped unless retune=True. The default config of every kernel is measured first;
 the budget then goes where the run time is: a kernel's share is its default time times its
 number of occurrences. A search starts from what the store holds for the kernel on the nearest
-other devices and for kernels like it (search/starts.py). Each result is written to the store as soon as it is final, so Ctrl-C
-loses nothing already found: the kernel being tuned keeps its best so far and the run stops.
+other devices and for kernels like it (search/starts.py). Each result is written to the store as
+soon as it is final, so Ctrl-C loses nothing already found: the kernel being tuned keeps its best
+so far and the run stops.
 """
 from __future__ import annotations
 
