@@ -2,6 +2,7 @@
 
     python scripts/bench_warm_start.py --models transformer_block --budget 120
     python scripts/bench_warm_start.py --models odd_mlp --budget 100 --other-isa sse4
+    TUNESEARCH_THREADS=1 python scripts/bench_warm_start.py --processes 9 --repeat 30
 
 For each model, three databases (fresh SQLite files), each filled by the real command line,
 `tunesearch tune FILE --time-budget T --trials 1000 --db URL --json`, with the time as the budget
@@ -135,6 +136,8 @@ def report(row: dict, budget: float, other_isa: str) -> None:
             tune_cell += f" after {other['seconds']:.0f} ({other['wall_s']:.0f}) at {other_isa}"
         started = sum(1 for r in t["results"] if r.get("started_from")) if t else 0
         kernels = f"{started} of {len(t['results'])}" if t else "-"
+        if t and t["kept_default"]:
+            tune_cell += f", {t['kept_default']} kept default"
         spread = max(times[side]) / min(times[side])
         print(f"| | {names[side]} | {tune_cell} | {kernels} | {median[side] * 1e3:.3f} "
               f"| {spread:.2f} | {median['cold'] / median[side]:.3f} |")
@@ -155,6 +158,9 @@ def main() -> int:
                         help="TUNESEARCH_CPU_ISA of the device tuned first (default avx2)")
     parser.add_argument("--processes", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--keep", default=None, metavar="FOLDER",
+                        help="write the databases into FOLDER and keep them (default: a "
+                             "temporary folder)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -166,10 +172,16 @@ def main() -> int:
     if keys["native"] == keys[args.other_isa]:
         raise SystemExit(f"native and {args.other_isa} give one device key here "
                          f"({keys['native']}): choose another --other-isa")
-    print(f"{cpuinfo()['model']}, native {keys['native']}, {args.other_isa} "
+    from tunesearch import settings
+    threads = settings.cpu_threads()
+    print(f"{cpuinfo()['model']}, {threads} thread{'s' * (threads != 1)} (TUNESEARCH_THREADS), "
+          f"native {keys['native']}, {args.other_isa} "
           f"{keys[args.other_isa]}; budget B = {args.budget:g} s; each side the median of "
           f"{args.processes} processes, each the median of {args.repeat} calls\n", flush=True)
-    with tempfile.TemporaryDirectory(prefix="bench_warm_") as folder:
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench_warm_") as scratch:
+        folder = args.keep or scratch
         for name in args.models:
             row = run_model(name, args.budget, args.other_isa, args.processes, args.repeat,
                             Path(folder))
