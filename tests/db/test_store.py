@@ -199,3 +199,27 @@ def test_postgresql_scheme_without_driver_uses_psycopg(pg_url, make):
         store.record(make.kernel(), make.device(), make.result())
         assert store.url.startswith("postgresql+psycopg://")
         assert store.lookup(make.kernel().key, make.device().key) is not None
+
+
+def test_on_backend_gives_every_device_of_the_backend_the_kernel_itself_first(store_url, make):
+    """A search reads what the devices of its backend hold: the kernel itself first, then
+    kernels of its operations in other shapes; never another backend's results, never a kernel
+    of other operations."""
+    kernel = make.kernel(0)
+    nearer_shape = dataclasses.replace(make.kernel(1), shapes="64x64x48")
+    farther_shape = dataclasses.replace(make.kernel(2), shapes="64x64x8")
+    other_ops = dataclasses.replace(make.kernel(3), ops="add")
+    this, other = make.device(0), make.device(1)
+    gpu = dataclasses.replace(make.device(2), backend="opencl")
+    with Store(store_url) as store:
+        for k in (farther_shape, nearer_shape, kernel, other_ops):
+            store.record(k, other, make.result(sampler=k.key))
+        store.record(kernel, this, make.result(sampler="this device"))
+        store.record(kernel, gpu, make.result(sampler="another backend"))
+        found = store.on_backend(kernel, "cpu")
+    assert sorted((device.key, key, shapes) for device, key, shapes, _ in found[:2]) == \
+        [(this.key, kernel.key, "64x64x64"), (other.key, kernel.key, "64x64x64")]
+    assert [(device.key, key, shapes) for device, key, shapes, _ in found[2:]] == [
+        (other.key, nearer_shape.key, "64x64x48"), (other.key, farther_shape.key, "64x64x8")]
+    assert other in [device for device, *_ in found]
+    assert all(config == make.result().config for *_, config in found)

@@ -121,7 +121,8 @@ def cmd_tune(args) -> int:
                      "share": default_time.get(r.kernel_key, 0.0) * r.occurrences / total,
                      "default_s": r.default_time_s, "tuned_s": r.time_s, "speedup": r.speedup,
                      "gflops": r.gflops, "gbps": r.gbps, "trials": r.trials,
-                     "stopped_by": r.stopped_by, "failures": dict(r.failures)})
+                     "stopped_by": r.stopped_by, "failures": dict(r.failures),
+                     "started_from": r.started_from})
     summary = {"model": str(args.model), "device": args.device, "device_key": report.device_key,
                "database": store.where, "latency_before_s": compared.before_s,
                "latency_after_s": compared.after_s, "speedup": compared.speedup,
@@ -181,6 +182,11 @@ def _print_tune_table(summary: dict) -> None:
                   f"{_fmt_time(max(after))}), {summary['speedup']:.2f}x; "
                   f"{summary['kernels_tuned']} of {summary['kernels']} kernels tuned; results "
                   f"in {summary['database']}")
+    sources = sorted({r["started_from"] for r in summary["results"] if r["started_from"]})
+    if sources:
+        started = sum(1 for r in summary["results"] if r["started_from"])
+        console.print(f"{started} kernel(s) started from another device's winner: "
+                      f"{'; '.join(sources)}")
     if summary["kept_default"]:
         console.print(f"{summary['kept_default']} winner(s) ran slower inside the model than "
                       f"the default did there: the default is kept for them (\"kept default\")")

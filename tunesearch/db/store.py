@@ -208,32 +208,25 @@ class Store(Database):
     def similar(self, kernel: KernelRecord, device_key: str, limit: int = 3
                 ) -> list[tuple[str, dict]]:
         """(shapes, config) of the stored results on device_key whose kernels have the same
-        operations and reduce as `kernel` but other shapes, nearest shapes first: a search
-        for this kernel starts from their winners."""
-        reduce = kernel.canonical.split(" reduce=", 1)[-1].split(" ", 1)[0]
-        dims = kernel.shapes.split("x")
-        stmt = (select(Kernel.key, Kernel.shapes, Kernel.canonical, *_queries.RESULT_COLUMNS)
-                .select_from(Result)
-                .join(Kernel, Kernel.id == Result.kernel_id)
-                .join(Device, Device.id == Result.device_id)
-                .where(Device.key == device_key, Kernel.ops == kernel.ops,
-                       Kernel.key != kernel.key))
+        operations and reduce as `kernel` but other shapes, nearest shapes first."""
+        stmt = _same_operations(kernel).where(Device.key == device_key,
+                                              Kernel.key != kernel.key)
         rows = self.read(lambda connection: connection.execute(stmt).all())
+        return [(row.shapes, result.config)
+                for _, row, result in _by_shape(kernel, rows)[:limit]]
 
-        def distance(shapes: str) -> float:
-            return sum(abs(math.log(max(int(a), 1) / max(int(b), 1)))
-                       for a, b in zip(shapes.split("x"), dims))
-        found = []
-        for row in rows:
-            other = row.shapes.split("x")
-            if len(other) != len(dims) or not all(d.isdigit() for d in other) or \
-                    row.canonical.split(" reduce=", 1)[-1].split(" ", 1)[0] != reduce:
-                continue
-            result = _queries.result_from_row(row)
-            if result is not None:
-                found.append((distance(row.shapes), row.shapes, result.config))
-        found.sort(key=lambda item: item[0])
-        return [(shapes, config) for _, shapes, config in found[:limit]]
+    def on_backend(self, kernel: KernelRecord, backend: str
+                   ) -> list[tuple[DeviceRecord, str, str, dict]]:
+        """(device, kernel key, shapes, config) of the stored results on every device key of
+        `backend`, of `kernel` itself and of kernels with its operations and reduce in other
+        shapes: the kernel's own first, then the nearest shapes. A search starts from them
+        (search/starts.py): this device's other shapes, the other devices' winners. One query
+        per kernel, whatever the number of devices."""
+        stmt = _same_operations(kernel, *_queries.DEVICE_COLUMNS).where(
+            Device.backend == backend)
+        rows = self.read(lambda connection: connection.execute(stmt).all())
+        return [(_queries.device_from_row(row), row.kernel_key, row.shapes, result.config)
+                for _, row, result in _by_shape(kernel, rows)]
 
     def show(self, key_prefix: str) -> list[KernelDetail]:
         """The kernels whose key starts with `key_prefix`, each with its results and trials."""
@@ -315,6 +308,38 @@ class Store(Database):
             return removed
 
         return self.write(work)
+
+
+def _same_operations(kernel: KernelRecord, *columns):
+    """The stored results of the kernels with the operations of `kernel` (its reduce and axes
+    are checked by `_by_shape`), with the columns `_by_shape` reads and `columns`."""
+    return (select(Kernel.key.label("kernel_key"), Kernel.shapes, Kernel.canonical, *columns,
+                   *_queries.RESULT_COLUMNS)
+            .select_from(Result)
+            .join(Kernel, Kernel.id == Result.kernel_id)
+            .join(Device, Device.id == Result.device_id)
+            .where(Kernel.ops == kernel.ops))
+
+
+def _by_shape(kernel: KernelRecord, rows) -> list[tuple[tuple, object, ResultRecord]]:
+    """The rows (kernel_key, shapes, canonical, a result's columns) whose kernels have the reduce
+    of `kernel` and as many axes, each with its readable result: `kernel` itself first, then
+    the nearest shapes (the sum over the axes of how far apart the sizes are in log scale)."""
+    reduce = kernel.canonical.split(" reduce=", 1)[-1].split(" ", 1)[0]
+    dims = kernel.shapes.split("x")
+    found = []
+    for row in rows:
+        other = row.shapes.split("x")
+        if len(other) != len(dims) or not all(d.isdigit() for d in other) or \
+                row.canonical.split(" reduce=", 1)[-1].split(" ", 1)[0] != reduce:
+            continue
+        result = _queries.result_from_row(row)
+        if result is not None:
+            distance = sum(abs(math.log(max(int(a), 1) / max(int(b), 1)))
+                           for a, b in zip(other, dims))
+            found.append(((row.kernel_key != kernel.key, distance), row, result))
+    found.sort(key=lambda item: item[0])
+    return found
 
 
 def read_export(path: str | os.PathLike) -> _exchange.Exchange:

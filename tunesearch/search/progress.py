@@ -29,9 +29,10 @@ def describe(result: KernelResult) -> str:
         return f"{result.name}: {result.status} {result.message}".rstrip()
     failures = ", ".join(f"{n} {kind}" for kind, n in result.failures.items())
     speedup = f"{result.speedup:.2f}x over default" if result.speedup else "no default time"
+    origin = f", started from the winner on {result.started_from}" if result.started_from else ""
     return (f"{result.name}: {format_time(result.time_s)}, {result.gflops:.1f} GFLOPS, "
             f"{result.gbps:.1f} GB/s, {speedup} ({result.status}, {result.trials} trials"
-            f"{', ' + failures if failures else ''})")
+            f"{', ' + failures if failures else ''}{origin})")
 
 
 class Progress:

@@ -128,6 +128,8 @@ class KernelResult:
     before this kernel). speedup is default_time_s / time_s; gflops and gbps come from the
     kernel's flops and bytes over time_s. saved says the store kept it as the new best (it
     keeps a stored result that is at least as fast); save_error, why writing it failed.
+    started_from names the other device whose winner of this kernel the search measured first
+    (search/starts.py), where there was one.
     """
     kernel_key: str
     name: str
@@ -148,6 +150,7 @@ class KernelResult:
     saved: bool = False
     message: str = ""
     save_error: str = ""  # why a result found was not saved (the database refused it)
+    started_from: str = ""
 
     @classmethod
     def from_record(cls, kernel: Kernel, occurrences: int, record, config: Config | None,

@@ -219,11 +219,12 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
                   device_key: str = "unknown", default_result: MeasureResult | None = None,
                   on_trial: Callable[[Trial, MeasureResult | None, int], None] | None = None,
                   finalists: int = FINALISTS, clock: Callable[[], float] = time.monotonic,
-                  starts: Sequence[Config] = ()) -> SearchResult:
+                  starts: Sequence[Config] = (), first: Sequence[Config] = ()) -> SearchResult:
     """Search the space of kernel for its fastest config (see the module docstring).
 
     default_result, when the caller has measured the default already, answers trial 0.
-    starts are configs to try right after the default and its neighbours (tuned winners of
+    first are configs to try right after the default, before its neighbours (this kernel's
+    winners on other devices), starts are configs to try after the neighbours (winners of
     kernels of the same structure, say); invalid ones are skipped.
     on_trial(trial, best so far, configs measured) is called after every trial. Ctrl-C ends
     the search early with stopped_by="interrupted" and the best so far.
@@ -250,9 +251,10 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
             state.known(known)
     if default not in state.history:
         study.enqueue_trial(codec.encode(space.params_of(default)), skip_if_exists=True)
-        # then the default's neighbourhood and the caller's starting points (winners of
-        # kernels like this one), before the sampler looks wider
-        for start in [*space.neighbours(default), *starts]:
+        # then the caller's first picks (this kernel's winners on other devices), the default's
+        # neighbourhood and the caller's other starting points (winners of kernels like this
+        # one), before the sampler looks wider
+        for start in [*first, *space.neighbours(default), *starts]:
             params = codec.encode_if_sampled(space.params_of(start))
             if start not in state.history and params and space.validate(start) is None:
                 study.enqueue_trial(params, skip_if_exists=True)

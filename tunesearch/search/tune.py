@@ -7,8 +7,10 @@
 Each kernel is tuned once however often it appears. Kernels the store already has a result for on
 this device are skipped unless retune=True. The default config of every kernel is measured first;
 the budget then goes where the run time is: a kernel's share is its default time times its
-number of occurrences. Each result is written to the store as soon as it is final, so Ctrl-C
-loses nothing already found: the kernel being tuned keeps its best so far and the run stops.
+number of occurrences. A search starts from what the store holds for the kernel on the nearest
+other devices and for kernels like it (search/starts.py). Each result is written to the store as
+soon as it is final, so Ctrl-C loses nothing already found: the kernel being tuned keeps its best
+so far and the run stops.
 """
 from __future__ import annotations
 
@@ -29,9 +31,10 @@ from tunesearch.search.results import (Budget, KernelResult, MeasureResult, Sear
                                        TuneError, TuneReport)
 from tunesearch.search.samplers import DEFAULT_SAMPLER, SAMPLERS
 from tunesearch.search.saving import check_writable
+from tunesearch.search.starts import Starts, find_starts
 from tunesearch.search.trust import Stored, stored_result, weigh_claimed
 from tunesearch.search.study import search_kernel
-from tunesearch.space.config import SPACE_VERSION, Config, ConfigError
+from tunesearch.space.config import SPACE_VERSION
 from tunesearch.space.spaces import Space, space_for
 
 
@@ -41,7 +44,7 @@ class _Job:
     occurrences: int
     space: Space
     default: MeasureResult | None = None
-    starts: tuple[Config, ...] = ()   # winners of kernels like this one, to try early
+    starts: Starts = Starts()  # winners stored for it elsewhere, to try early (search/starts.py)
     stored: Stored = Stored()  # what the store holds for it (see search/trust.py)
 
     @property
@@ -140,26 +143,6 @@ def _save(store, device: Device, job: _Job, result: KernelResult,
     return replace(result, saved=bool(saved))
 
 
-def _starts(store, job: _Job, device_key: str) -> tuple[Config, ...]:
-    """The stored winners of kernels with the same structure and other shapes on this device,
-    nearest shapes first, made to fit this kernel: a model's many kernels of one kind then
-    share their search instead of each starting from nothing."""
-    kernel = job.kernel
-    try:
-        found = store.similar(kernel_record(kernel), device_key)
-    except DatabaseError:
-        return ()
-    out = []
-    for _, config in found:
-        try:
-            adapted = job.space.adapt(Config.from_json(config))
-        except ConfigError:
-            continue
-        if adapted is not None and adapted not in out:
-            out.append(adapted)
-    return tuple(out)
-
-
 def kernel_record(kernel: Kernel) -> KernelRecord:
     """The database's record of a kernel."""
     return KernelRecord(kernel.key, kernel.name, kernel.canonical(), kernel.ops_summary(),
@@ -252,7 +235,7 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
                 break
             share = weights[i] / sum(weights[i:])
             if store is not None:  # looked up now: kernels tuned earlier in this run count
-                job.starts = _starts(store, job, info.key)
+                job.starts = find_starts(store, kernel_record(job.kernel), job.space, info)
             result, search = _tune_one(job, i, len(todo), measurer, budget, share, trials_left,
                                        len(todo) - i - 1, start, sampler, seed, storage,
                                        info.key, view)
@@ -309,9 +292,9 @@ def _tune_one(job: _Job, index: int, total: int, measurer: Measurer, budget: Bud
         job.kernel, job.space, measurer, replace(budget, trials=trials, seconds=seconds),
         sampler, seed, storage=storage, device_key=device_key, default_result=job.default,
         on_trial=lambda trial, best, measured: view.trial(measured, best.time_s if best else None),
-        starts=job.starts)
+        first=job.starts.first, starts=job.starts.later)
     status = "interrupted" if search.stopped_by == "interrupted" else "tuned"
-    return _result(job, search, status), search
+    return replace(_result(job, search, status), started_from=job.starts.source), search
 
 
 def keep_defaults(store, device, kernels: dict, results, constants: dict | None = None

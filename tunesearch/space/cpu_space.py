@@ -228,10 +228,10 @@ class CPUSpace(Space):
         k = self.kernel
         try:
             knobs = dict(config.knobs)
+            if len(knobs["upcast"]) != k.n_out:  # before the choices of axes it may not have
+                return None
             upcast = tuple(max((c for c in self._upcast_choices(a) if c <= u), default=1)
                            for a, u in enumerate(knobs["upcast"]))
-            if len(upcast) != k.n_out:
-                return None
             pack = tuple(i for i in knobs.get("pack", ()) if i in packable(k))
             ktile = knobs.get("ktile", 0)
             ktile = ktile if k.n_reduce and 0 < ktile < k.domain[k.n_out] else 0
