@@ -1,7 +1,7 @@
 """Resuming a kernel's Optuna study from its database: rows read as data, trials of dead
 processes closed, and heartbeats for the trials this process has open.
 
-    study, history = open_study(name, storage, sampler)
+    study, history, storage = open_study(name, storage, sampler)
     beats = TrialHeartbeats(storage)
     trial = beats.ask(study); beats.start()
     ...
@@ -110,9 +110,11 @@ def _heartbeat_interval(storage: BaseStorage | None) -> int | None:
 
 
 def open_study(name: str, storage: BaseStorage | None, sampler: optuna.samplers.BaseSampler
-               ) -> tuple[optuna.Study, list[FrozenTrial]]:
-    """The study `name` (created if new) and its trials, after the trials of dead processes
-    are failed; see the module docstring for a study whose rows do not read back."""
+               ) -> tuple[optuna.Study, list[FrozenTrial], BaseStorage | None]:
+    """The study `name` (created if new), its trials, after the trials of dead processes
+    are failed, and the storage its new trials go to: None for a study whose rows do not read
+    back (see the module docstring), searched in memory, whose trials then have no heartbeat in
+    the database (their ids are the memory study's, not rows of it)."""
     study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                 direction="minimize", load_if_exists=True)
     interval = _heartbeat_interval(storage)
@@ -121,7 +123,7 @@ def open_study(name: str, storage: BaseStorage | None, sampler: optuna.samplers.
         _fail_trials_of_gone_processes(study, getattr(storage, "grace_period", None) or
                                        2 * interval)
     try:
-        return study, study.get_trials(deepcopy=False)
+        return study, study.get_trials(deepcopy=False), storage
     except DAMAGED_ROW:
         pass
     readable, damaged = _readable_trials(storage, name)
@@ -135,7 +137,7 @@ def open_study(name: str, storage: BaseStorage | None, sampler: optuna.samplers.
     warnings.warn(f"the Optuna study {name} holds {damaged} trial(s) that do not read back "
                   "(rows Optuna never wrote): they are left out, and this search keeps its "
                   "trials in memory (its result is saved as always)", stacklevel=2)
-    return memory, memory.get_trials(deepcopy=False)
+    return memory, memory.get_trials(deepcopy=False), None
 
 
 def _readable_trials(storage: BaseStorage, name: str) -> tuple[list[FrozenTrial], int]:

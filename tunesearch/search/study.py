@@ -241,9 +241,9 @@ def search_kernel(kernel: Kernel, space: Space, measurer: Measurer, budget: Budg
     codec = _Codec(tuple(params))
     storage = rdb_storage(storage)
     # trials of dead processes are failed; rows Optuna cannot read back leave the study in memory
-    study, history = open_study(study_name(kernel, device_key), storage, built.sampler)
+    study, history, kept = open_study(study_name(kernel, device_key), storage, built.sampler)
     state = _Search(budget, clock)
-    beats = TrialHeartbeats(storage)
+    beats = TrialHeartbeats(kept)
     for frozen in history:  # a resumed study: its trials count
         known = _from_history(frozen)
         # the storage is data like the results: a config that does not fit is never built
