@@ -189,8 +189,7 @@ def test_a_kernel_starts_from_the_winner_of_its_kind_in_another_shape(store):
     [done] = tune_kernels([first], "cpu", Budget(trials=12), seed=0, progress=False,
                           measurer=sim, store=store).results
     info = get_device("cpu").info()
-    found = store.similar(kernel_record(second), info.key)
-    assert [shapes for shapes, _ in found] == ["48x96x64"]
+    assert _other_shapes(store, second, info) == ["48x96x64"]
     space = space_for(second, info.target)
     adapted = space.adapt(done.config)
     assert adapted is not None and space.validate(adapted) is None
@@ -201,4 +200,12 @@ def test_a_kernel_starts_from_the_winner_of_its_kind_in_another_shape(store):
     assert adapted in sim.calls[:early] or adapted == space.default() or \
         adapted in space.neighbours(space.default())
     # a kernel of another structure finds nothing
-    assert store.similar(kernel_record(ELEMENTWISE), info.key) == []
+    assert _other_shapes(store, ELEMENTWISE, info) == []
+
+
+def _other_shapes(store, kernel, info) -> list[str]:
+    """The shapes of the kernels of kernel's structure the store holds winners of on this
+    device, nearest first."""
+    return [shapes for device, key, shapes, _ in store.on_backend(kernel_record(kernel),
+                                                                  info.backend)
+            if device.key == info.key and key != kernel.key]

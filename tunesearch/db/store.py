@@ -205,16 +205,6 @@ class Store(Database):
                           row.backend, result)
                 for row in rows if (result := _queries.result_from_row(row)) is not None]
 
-    def similar(self, kernel: KernelRecord, device_key: str, limit: int = 3
-                ) -> list[tuple[str, dict]]:
-        """(shapes, config) of the stored results on device_key whose kernels have the same
-        operations and reduce as `kernel` but other shapes, nearest shapes first."""
-        stmt = _same_operations(kernel).where(Device.key == device_key,
-                                              Kernel.key != kernel.key)
-        rows = self.read(lambda connection: connection.execute(stmt).all())
-        return [(row.shapes, result.config)
-                for _, row, result in _by_shape(kernel, rows)[:limit]]
-
     def on_backend(self, kernel: KernelRecord, backend: str
                    ) -> list[tuple[DeviceRecord, str, str, dict]]:
         """(device, kernel key, shapes, config) of the stored results on every device key of
