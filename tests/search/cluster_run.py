@@ -1,8 +1,9 @@
 """Run by test_cluster_actors.py inside a network namespace: a local Ray with `units` measuring
 actors tunes three kernels with a measurer that kills its actor on the first kernel, once
-(`dies`), or that stalls on the second kernel until the run is interrupted (`stalls`).
+(`dies`), that stalls on the second kernel until the run is interrupted (`stalls`), or that
+times the first kernel's winner on another device (stored before the run) fastest (`starts`).
 
-    python -m tests.search.cluster_run UNITS DB_URL OUT.json RAY_DIR [dies|stalls]
+    python -m tests.search.cluster_run UNITS DB_URL OUT.json RAY_DIR [dies|stalls|starts]
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tunesearch.search.measure import SimulatedMeasurer
 
 DIE_KERNEL, DIE_MARKER = "TUNESEARCH_TEST_DIE_KERNEL", "TUNESEARCH_TEST_DIE_MARKER"
 STALL_KERNEL = "TUNESEARCH_TEST_STALL_KERNEL"
+FAST_CONFIG = "TUNESEARCH_TEST_FAST_CONFIG"
 
 
 def _made_up_time(device_key: str, config) -> float:
@@ -53,6 +55,36 @@ def stalls(device, seed: int, n_workers: int) -> SimulatedMeasurer:
     return _Stalls(functools.partial(_made_up_time, device.info().key))
 
 
+def _fast_time(device_key: str, config) -> float:
+    """Made-up times, the config in FAST_CONFIG ten times faster than any other."""
+    fast = config.to_json() == os.environ[FAST_CONFIG]
+    return _made_up_time(device_key, config) / (10 if fast else 1)
+
+
+def prefers_stored(device, seed: int, n_workers: int) -> SimulatedMeasurer:
+    return SimulatedMeasurer(functools.partial(_fast_time, device.info().key))
+
+
+def _store_elsewhere(store, kernel) -> str:
+    """A winner of `kernel` on another CPU device (this one at another ISA level), a config
+    neither the default nor one of its neighbours; returns it as JSON."""
+    from tunesearch.db import DeviceRecord, ResultRecord
+    from tunesearch.runtime.device import get_device
+    from tunesearch.search.tune import kernel_record
+    from tunesearch.space.spaces import space_for
+    info = get_device("cpu").info()
+    space = space_for(kernel, info.target)
+    early = {space.default(), *space.neighbours(space.default())}
+    far = next(c for c in space.enumerate() if c not in early and space.adapt(c) == c and
+               space.validate(c) is None)
+    store.record(kernel_record(kernel),
+                 DeviceRecord("cpu-elsewhere", "cpu", info.name, dict(info.as_dict(), isa="sse4")),
+                 ResultRecord(config=json.loads(far.to_json()), time_s=1e-3, spread=0.0,
+                              gflops=1.0, gbps=1.0, default_time_s=2e-3, speedup=2.0, trials=10,
+                              sampler="tpe"))
+    return far.to_json()
+
+
 def main(units: int, db_url: str, out: str, ray_dir: str, mode: str = "dies") -> None:
     import ray
 
@@ -64,14 +96,19 @@ def main(units: int, db_url: str, out: str, ray_dir: str, mode: str = "dies") ->
     os.environ[DIE_KERNEL] = kernels[0].key  # before Ray starts: its workers inherit it
     os.environ[STALL_KERNEL] = kernels[1].key
     os.environ[DIE_MARKER] = str(Path(out).with_suffix(".died"))
+    if mode == "starts":
+        with Store(db_url) as store:
+            os.environ[FAST_CONFIG] = _store_elsewhere(store, kernels[0])
+    measurer = {"dies": dies_once, "stalls": stalls, "starts": prefers_stored}[mode]
     ray.init(num_cpus=2, resources={"tunesearch-cpu": units}, include_dashboard=False,
              _temp_dir=ray_dir, log_to_driver=False, configure_logging=False)
     try:
         with Store(db_url) as store:
             report = run_cluster(kernels, "cpu", Budget(trials=4), store, "local",
                                  progress=False, model="three",
-                                 measurer=dies_once if mode == "dies" else stalls)
-            stored = [store.lookup(k.key, report.device_key) is not None for k in kernels]
+                                 measurer=measurer)
+            found = [store.lookup(k.key, report.device_key) for k in kernels]
+            stored = [r is not None for r in found]
             _, rows = LeaseBoard(store).leases(report.device_key)  # what tunesearch status shows
             leases = {row.kernel_key: row.state for row in rows}
     finally:
@@ -80,7 +117,11 @@ def main(units: int, db_url: str, out: str, ray_dir: str, mode: str = "dies") ->
         "statuses": [r.status for r in report.results], "stored": stored,
         "leases": [leases.get(k.key) for k in kernels],
         "notes": list(report.notes), "died": Path(os.environ[DIE_MARKER]).exists(),
-        "interrupted": report.interrupted}))
+        "interrupted": report.interrupted,
+        "started_from": [r.started_from for r in report.results],
+        "fast_config_won": bool(found[0]) and
+        json.dumps(found[0].config, sort_keys=True) ==
+        json.dumps(json.loads(os.environ.get(FAST_CONFIG, "null")), sort_keys=True)}))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,17 @@ def test_with_no_actor_left_the_kernels_come_back_unfinished(tmp_path):
     assert found["leases"] == ["waiting"] * 3  # the next run, or a worker, takes them up
 
 
+def test_a_node_starts_from_the_winner_the_drivers_database_holds_for_another_device(tmp_path):
+    """The node has no database: the driver looks up the starts for the node's device key and
+    sends them with the kernel, so the stored winner is measured early (and wins here, where
+    the made-up times make it ten times faster than anything else)."""
+    found = _run(tmp_path, units=1, mode="starts")
+    assert found["statuses"] == ["tuned"] * 3
+    assert "cpu-elsewhere" in found["started_from"][0]
+    assert found["started_from"][1:] == ["", ""]
+    assert found["fast_config_won"]
+
+
 def test_ctrl_c_keeps_what_is_stored_and_releases_the_rest(tmp_path):
     found = _run(tmp_path, units=1, mode="stalls")
     assert found["interrupted"]

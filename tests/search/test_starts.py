@@ -15,6 +15,7 @@ from tunesearch.db import DeviceRecord, ResultRecord, Store
 from tunesearch.runtime.device import get_device
 from tunesearch.search import Budget, SimulatedMeasurer, tune_kernels
 from tunesearch.search.progress import describe
+from tunesearch.search.saving import device_record
 from tunesearch.search.starts import device_distance, find_starts
 from tunesearch.search.tune import kernel_record
 from tunesearch.space.spaces import space_for
@@ -87,7 +88,7 @@ def test_the_nearest_devices_winners_are_measured_right_after_the_default(store,
     assert "cpu-near" in result.started_from
     assert "started from the winner on" in describe(result)
     # a device of another backend gives nothing, however good its config
-    starts = find_starts(store, kernel_record(MM), space, info)
+    starts = find_starts(store, kernel_record(MM), space, device_record(info))
     assert starts.first == (near, farther) and other_backend not in starts.later
 
 
@@ -97,7 +98,7 @@ def test_a_winner_that_cannot_be_made_to_fit_is_skipped(store, here):
     nearest = _device(info, "cpu-nearest", isa="avx2")
     _store_winner(store, MM, nearest, {"knobs": {"upcast": [4, 4, 4, 4, 4]}, "version": 2})
     _store_winner(store, MM, _device(info, "cpu-next", isa="sse4", vector_bytes=16), usable)
-    starts = find_starts(store, kernel_record(MM), space, info)
+    starts = find_starts(store, kernel_record(MM), space, device_record(info))
     assert starts.first == (usable,) and "cpu-next" in starts.source
     sim = SimulatedMeasurer(_time)
     tune_kernels([MM], "cpu", Budget(trials=3), seed=0, progress=False, measurer=sim,
@@ -118,7 +119,7 @@ def test_other_shapes_come_after_this_kernels_own_winners(store, here):
     _store_winner(store, elsewhere, near, from_elsewhere)
     _store_winner(store, at_home, DeviceRecord(info.key, "cpu", info.name, info.as_dict()),
                   from_home)
-    starts = find_starts(store, kernel_record(MM), space, info)
+    starts = find_starts(store, kernel_record(MM), space, device_record(info))
     assert starts.first == (own,)
     adapted = [space.adapt(from_home), space.adapt(from_elsewhere)]
     assert starts.later == tuple(dict.fromkeys(c for c in adapted if c not in (None, own)))

@@ -16,6 +16,10 @@ each actor one kernel at a time, heaviest first, and stores every winner under t
 the node that measured it; nodes with the same device key share the kernels, nodes with another
 key each tune every kernel for their own key. What travels: kernels and configs (data, never
 code) to the nodes, results back; the database stays with the driver, so a SQLite file works.
+The driver also looks up where each search starts (search/starts.py: the kernel's winners on the
+nearest other devices, other shapes' winners) for the node's device key just before it sends
+the kernel, so a node searches as `tune` on its own machine would, kernels it stored a moment
+ago included.
 
 A node that dies mid-search gives its kernel back: it goes to another actor of the same key, or
 comes back unfinished when none is left. Ctrl-C keeps every result already stored.
@@ -37,6 +41,10 @@ from tunesearch.search.planning import MeasurerFactory, default_measurer, plan_w
 from tunesearch.search.progress import describe
 from tunesearch.search.results import Budget, KernelResult, TuneError, TuneReport
 from tunesearch.search.samplers import DEFAULT_SAMPLER
+from tunesearch.search.starts import Starts, find_starts
+from tunesearch.search.tune import kernel_record
+from tunesearch.space.spaces import space_for
+from tunesearch.space.target import Target
 
 INSTALL_HINT = "--cluster needs Ray: pip install 'tunesearch[ray]'"
 ATTEMPTS = 2          # actors a kernel is sent to before it comes back unfinished
@@ -79,16 +87,18 @@ class DeviceActor:
         self.device = device.open()
         self.measurer = measurer(self.device, seed, 1)
 
-    def describe(self) -> tuple[str, str, str, dict, str]:
+    def describe(self) -> tuple[str, str, str, dict, Target, str]:
         info = self.device.info()
-        return info.key, info.backend, info.name, info.as_dict(), socket.gethostname()
+        return info.key, info.backend, info.name, info.as_dict(), info.target, \
+            socket.gethostname()
 
     def tune(self, kernel: Kernel, budget: Budget, sampler: str, seed: int,
-             constants: frozenset[int]) -> KernelResult:
+             constants: frozenset[int], starts: Starts = Starts()) -> KernelResult:
         from tunesearch.search.tune import tune_kernels
         report = tune_kernels([kernel], self.device, budget, sampler, seed, store=None,
                               progress=False, retune=True, measurer=self.measurer,
-                              constants={kernel.key: constants} if constants else None)
+                              constants={kernel.key: constants} if constants else None,
+                              starts={kernel.key: starts})
         return report.results[0]
 
 
@@ -97,6 +107,7 @@ class _Actor:
     handle: object
     key: str
     record: DeviceRecord
+    target: Target  # its spaces, for the starts the driver looks up
     host: str
     name: str = ""  # how the leases name it: host:ray:N
     alive: bool = True
@@ -192,20 +203,19 @@ def _start_actors(ray, device: str, seed: int, measurer: MeasurerFactory) -> lis
     actors = []
     for handle in handles:
         try:
-            key, backend, dev_name, fingerprint, host = ray.get(handle.describe.remote(),
-                                                                timeout=START_TIMEOUT_S)
+            key, backend, dev_name, fingerprint, target, host = ray.get(
+                handle.describe.remote(), timeout=START_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001  (a node without the device, a dead node)
             ray.kill(handle)
             first = str(err).strip().splitlines()[-1] if str(err).strip() else ""
             raise TuneError(f"an actor could not open {device!r} on its node: {first}"
                             ) from None
         actors.append(_Actor(handle, key, DeviceRecord(key, backend, dev_name, fingerprint),
-                             host, f"{host}:ray:{len(actors)}"))
+                             target, host, f"{host}:ray:{len(actors)}"))
     return actors
 
 
 def _save(store: Store, kernel: Kernel, actor: _Actor, result: KernelResult) -> KernelResult:
-    from tunesearch.search.tune import kernel_record
     if result.time_s is None or result.config is None:
         return result
     import json
@@ -235,9 +245,11 @@ def _dispatch(ray, run: _Run, actors: list[_Actor], store: Store, retune: bool, 
                     message="already in the database (--retune tunes it again)")
                 continue
             job.tries += 1
+            held = frozenset(constants.get(job.kernel.key, ()))
+            starts = find_starts(store, kernel_record(job.kernel),
+                                 space_for(job.kernel, actor.target, held), actor.record)
             ref = actor.handle.tune.remote(job.kernel, replace(budget, trials=job.trials),
-                                           sampler, seed,
-                                           frozenset(constants.get(job.kernel.key, ())))
+                                           sampler, seed, held, starts)
             run.in_flight[ref] = (actor, job, run.leases.claim(actor, job.kernel))
             break
 

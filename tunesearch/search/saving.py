@@ -13,10 +13,15 @@ from tunesearch.runtime.device import Device, get_device
 from tunesearch.space.config import ConfigError, check_version
 
 
+def device_record(info) -> DeviceRecord:
+    """The database's record of a device (its DeviceInfo)."""
+    return DeviceRecord(info.key, info.backend, info.name, info.as_dict())
+
+
 def check_writable(store, device: str | Device) -> None:
     """Raise the store's `DatabaseError` (one line) when it cannot record a result."""
-    info = (get_device(device) if isinstance(device, str) else device).info()
-    store.touch_device(DeviceRecord(info.key, info.backend, info.name, info.as_dict()))
+    store.touch_device(device_record(
+        (get_device(device) if isinstance(device, str) else device).info()))
 
 
 def check_config_versions(exchange, source: str) -> None:

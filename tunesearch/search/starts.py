@@ -1,7 +1,7 @@
 """Where a kernel's search starts besides the default: winners the database already holds for
 this kernel on other devices, and for kernels of its structure in other shapes.
 
-    starts = find_starts(store, kernel_record(kernel), space, device.info())
+    starts = find_starts(store, kernel_record(kernel), space, device_record(device.info()))
     search_kernel(..., first=starts.first, starts=starts.later)
 
 The search measures them in this order:
@@ -119,21 +119,20 @@ def _fit(space: Space, config: dict, taken: list[Config]) -> Config | None:
     return adapted if adapted is not None and adapted not in taken else None
 
 
-def find_starts(store, kernel: KernelRecord, space: Space, info) -> Starts:
-    """The starts of `kernel`'s search on the device `info` describes (a DeviceInfo: key,
-    backend, fingerprint), from one query of the store. No starts where the database cannot be
-    read."""
+def find_starts(store, kernel: KernelRecord, space: Space, device: DeviceRecord) -> Starts:
+    """The starts of `kernel`'s search on `device`, from one query of the store. No starts
+    where the database cannot be read."""
     try:
-        rows = store.on_backend(kernel, info.backend)
+        rows = store.on_backend(kernel, device.backend)
     except DatabaseError:
         return Starts()
-    here = [config for device, kernel_key, _, config in rows
-            if device.key == info.key and kernel_key != kernel.key][:SHAPES]
-    there = [row for row in rows if row[0].key != info.key]
+    here = [config for other, kernel_key, _, config in rows
+            if other.key == device.key and kernel_key != kernel.key][:SHAPES]
+    there = [row for row in rows if row[0].key != device.key]
     devices: dict[str, DeviceRecord] = {}
-    for device, *_ in there:
-        devices.setdefault(device.key, device)
-    fingerprint = info.as_dict()
+    for other, *_ in there:
+        devices.setdefault(other.key, other)
+    fingerprint = device.fingerprint
     nearest = sorted(devices.values(),
                      key=lambda d: (device_distance(fingerprint, d.fingerprint), d.key))
     rank = {d.key: i for i, d in enumerate(nearest[:NEAREST_DEVICES])}
@@ -141,10 +140,10 @@ def find_starts(store, kernel: KernelRecord, space: Space, info) -> Starts:
                    key=lambda row: rank[row[0].key])  # stable: each device's rows keep order
     first: list[Config] = []
     source = ""
-    for device, kernel_key, _, config in there:
+    for other, kernel_key, _, config in there:
         if kernel_key == kernel.key and (adapted := _fit(space, config, first)) is not None:
             first.append(adapted)
-            source = source or device_label(device)
+            source = source or device_label(other)
     later: list[Config] = []
     for config in here:
         if (adapted := _fit(space, config, first + later)) is not None:

@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping
 
-from tunesearch.db import (DatabaseError, DeviceRecord, KernelRecord, ResultRecord,
-                           TrialRecord)
+from tunesearch.db import DatabaseError, KernelRecord, ResultRecord, TrialRecord
 from tunesearch.errors import ctrl_c_pressed
 from tunesearch.graph.kernel import Kernel
 from tunesearch.runtime.device import Device, DeviceUnavailable, get_device
@@ -30,7 +29,7 @@ from tunesearch.search.progress import Progress, RichProgress
 from tunesearch.search.results import (Budget, KernelResult, MeasureResult, SearchResult,
                                        TuneError, TuneReport)
 from tunesearch.search.samplers import DEFAULT_SAMPLER, SAMPLERS
-from tunesearch.search.saving import check_writable
+from tunesearch.search.saving import check_writable, device_record
 from tunesearch.search.starts import Starts, find_starts
 from tunesearch.search.trust import Stored, stored_result, weigh_claimed
 from tunesearch.search.study import search_kernel
@@ -138,7 +137,7 @@ def _save(store, device: Device, job: _Job, result: KernelResult,
         default_time_s=result.default_time_s or 0.0, speedup=result.speedup or 0.0,
         trials=result.trials, sampler=result.sampler)
     saved = store.record(kernel_record(kernel),
-                         DeviceRecord(info.key, info.backend, info.name, info.as_dict()),
+                         device_record(info),
                          record, trials=trials, supersede=job.stored.supersede)
     return replace(result, saved=bool(saved))
 
@@ -162,8 +161,8 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
                  progress: bool | Progress = True, retune: bool = False,
                  on_result: Callable[[KernelResult], None] | None = None, *,
                  measurer: Measurer | None = None, storage: str | None = None,
-                 model: str = "", constants: Mapping[str, frozenset[int]] | None = None
-                 ) -> TuneReport:
+                 model: str = "", constants: Mapping[str, frozenset[int]] | None = None,
+                 starts: Mapping[str, Starts] | None = None) -> TuneReport:
     """Tune every unique kernel on device; returns a TuneReport (see the module docstring).
 
     store: a tunesearch.db.Store to skip known kernels and save winners (None: save nothing).
@@ -175,6 +174,9 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
     constants: by kernel key, the input buffers that hold weights where the kernels run (see
     OnnxModel.constant_inputs); candidates are timed with those packed ahead, as a model's plan
     runs them, so a winner is chosen for the work the model does per call.
+    starts: by kernel key, where searches start besides the default, for a caller that holds
+    the store while this runs without one (a cluster's node); with a store they are looked up
+    here, each just before its kernel's search.
     Raises TuneError, with one line for the user, for an unavailable device, a zero budget or an
     unknown sampler, and DatabaseError for a store that cannot be written, before anything is
     measured. A result the store refuses later is reported with its save_error.
@@ -235,7 +237,10 @@ def tune_kernels(kernels: Iterable, device: str | Device, budget: Budget = Budge
                 break
             share = weights[i] / sum(weights[i:])
             if store is not None:  # looked up now: kernels tuned earlier in this run count
-                job.starts = find_starts(store, kernel_record(job.kernel), job.space, info)
+                job.starts = find_starts(store, kernel_record(job.kernel), job.space,
+                                         device_record(info))
+            elif starts:
+                job.starts = starts.get(job.kernel.key, Starts())
             result, search = _tune_one(job, i, len(todo), measurer, budget, share, trials_left,
                                        len(todo) - i - 1, start, sampler, seed, storage,
                                        info.key, view)
@@ -319,7 +324,7 @@ def keep_defaults(store, device, kernels: dict, results, constants: dict | None 
             gflops=kernel.flops / t / 1e9, gbps=kernel.bytes / t / 1e9, default_time_s=t,
             speedup=1.0, trials=r.trials, sampler=f"{r.sampler}; default kept in the model")
         store.record(kernel_record(kernel),
-                     DeviceRecord(info.key, info.backend, info.name, info.as_dict()), record,
+                     device_record(info), record,
                      supersede=True)
         done.append(kernel.key)
     return done
