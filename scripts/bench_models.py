@@ -30,9 +30,8 @@ slowest process over its fastest).
 
 Prints a markdown table: median latency of a whole call (inputs copied in, outputs copied out),
 the ratio to onnxruntime (below 1 is faster), the time of the first call (tracing, scheduling and
-compiling), the kernel count, how many ran tuned, the launch overhead per kernel (a launch from
-Python less the kernel's own time) and the per-call overhead (a whole call, numpy in and numpy
-out, less the kernels' own times).
+compiling), the kernel count, how many ran tuned, the per-call overhead (a whole call, numpy in
+and numpy out, less the kernels' own times) and that overhead per kernel launch.
 """
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-import psycopg
 from sqlalchemy.engine import make_url
 
 
@@ -94,12 +93,14 @@ def throwaway_postgres(max_connections: int = 60) -> Iterator[str]:
 
 def server_version(url: str) -> str:
     """The server's version, e.g. "15.8"."""
+    import psycopg  # here, so that suites with no PostgreSQL tests import without the driver
     with psycopg.connect(_libpq(url)) as connection:
         return connection.execute("SHOW server_version").fetchone()[0].split()[0]
 
 
 def new_database(url: str, prefix: str = "ts") -> str:
     """Create an empty database on the server of `url`; its URL."""
+    import psycopg
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(_libpq(url), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')

@@ -75,3 +75,25 @@ def test_a_new_sequence_length_is_a_plan_of_its_own_and_reused(name):
     for length in (9, 24, 9):
         _compare(path, model, _inputs(entry, length, seed=length))
     assert len(model._plans) == 3  # the bound length, 9 and 24: the second 9 reused its plan
+
+
+def _cuda_or_skip():
+    from tunesearch.runtime.device import DeviceUnavailable, get_device
+    try:
+        return get_device("cuda")
+    except DeviceUnavailable as exc:
+        pytest.skip(f"no CUDA device: {exc}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["bert_dynamo", "gpt2_dynamo", "vit_dynamo",
+                                  "mobilenet_v3_dynamo"])
+def test_export_matches_onnxruntime_on_a_cuda_gpu(name):
+    """The same fixtures through CUDA C at the kernels' default configs: a transformer's
+    int64 index arithmetic and masks, and a CNN's depthwise convolutions, on a GPU."""
+    _cuda_or_skip()
+    entry = MANIFEST[name]
+    path = str(examples.FOLDER / entry["file"])
+    model = tox.load(path, input_shapes={k: tuple(v) for k, v in entry["inputs"].items()},
+                     device="cuda")
+    _compare(path, model, _inputs(entry))

@@ -54,8 +54,8 @@ class GraphInfo:
 @dataclass(frozen=True)
 class Profile:
     """One model run, timed: `latency` is the median of whole calls (copies in and out included),
-    `kernel_seconds` the sum of the kernels' median times, `launch_overhead` the median time a
-    launch adds to its kernel (building the arguments, the call)."""
+    `kernel_seconds` the sum of the kernels' median times, `launch_overhead` what a call costs
+    beyond its kernels, per launch (building the arguments, the calls, the copies)."""
     latency: float
     kernel_seconds: float
     launch_overhead: float
@@ -198,8 +198,9 @@ class OnnxModel:
 
     def profile(self, inputs: Optional[dict[str, Any]] = None, repeat: int = 10) -> Profile:
         """Time whole calls, and each kernel where it runs in the sequence (after one warm-up
-        call): medians of `repeat` runs. The launch overhead is the median, over every launch, of
-        the time around a launch less the time the device measured for the kernel. These calls
+        call): medians of `repeat` runs. The launch overhead is a call's latency less its
+        kernels' times, per launch: a device may time a kernel over many back-to-back launches
+        (CUDA does), so the time around one timing says nothing about one launch. These calls
         are not traced (DEBUG=2, GRAPH=1): a traced call times its kernels one by one."""
         arrays = self._arrays(inputs or self.random_inputs())
         plan = self._plan({k: a.shape for k, a in arrays.items()})
@@ -211,16 +212,13 @@ class OnnxModel:
             calls.append(time.perf_counter() - start)
         plan.copy_inputs(arrays)  # the kernels timed one by one read the inputs' buffers
         per_step: list[list[float]] = [[] for _ in plan.steps]
-        overheads = []
         for _ in range(repeat):
             for times, step in zip(per_step, plan.steps):
-                start = time.perf_counter()
-                seconds = step.program.timed(step.buffers)
-                overheads.append(time.perf_counter() - start - seconds)
-                times.append(seconds)
+                times.append(step.program.timed(step.buffers))
         kernels = tuple((s.kernel, statistics.median(t)) for s, t in zip(plan.steps, per_step))
-        return Profile(statistics.median(calls), sum(t for _, t in kernels),
-                       statistics.median(overheads) if overheads else 0.0, kernels,
+        latency, kernel_seconds = statistics.median(calls), sum(t for _, t in kernels)
+        overhead = max(0.0, latency - kernel_seconds) / max(1, len(plan.steps))
+        return Profile(latency, kernel_seconds, overhead, kernels,
                        sum(s.choice.tuned for s in plan.steps))
 
     def use_lookup(self, lookup: TunedConfigs) -> None:
