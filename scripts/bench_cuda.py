@@ -13,7 +13,9 @@
    with TF32 off, else CuPy) measured in the same run, the same way. Without either, results are
    checked against numpy and the cuBLAS column is left out. Times are CUDA-event times per launch
    of back-to-back launches after warm-up, median of --repeat. Prints a table with ratios to cuBLAS.
-3. Times a softmax and a row sum (the default config of each kernel of their schedules) against
+3. Times one launch of a tiny kernel back to back (the floor under small kernels' times),
+   next to PyTorch's or CuPy's.
+4. Times a softmax and a row sum (the default config of each kernel of their schedules) against
    PyTorch or CuPy, checked against numpy.
 """
 from __future__ import annotations
@@ -320,6 +322,23 @@ def bench_other(device, name: str, rows: int, repeat: int) -> None:
     print(line)
 
 
+def bench_launch(device, repeat: int) -> None:
+    """The time of one launch of a 32-element kernel, back to back as the device times
+    kernels and a model runs them: the floor under every small kernel's measured time, next to
+    PyTorch's or CuPy's `x += 1` launched the same way."""
+    items = create_schedule([(Tensor(np.zeros(32, np.float32), device="reference") + 1).node])
+    kernel = items[-1].kernel
+    program = device.build(kernel, space_for(kernel, device.info().target).default())
+    buffers = [device.alloc(32, kernel.buffers[0].dtype), device.alloc(32, kernel.buffers[0].dtype)]
+    for _ in range(3):  # the count of back-to-back launches settles at its largest
+        program.timed(buffers)
+    seconds = statistics.median(program.timed(buffers) for _ in range(repeat))
+    runner = gpu_runner(lambda lib, x: x.__iadd__(1), np.zeros(32, np.float32))
+    peer = runner("x += 1", repeat) if runner else None
+    print(f"launch floor: {seconds * 1e6:.2f} us per launch" +
+          (f"; {peer[0]} {peer[2] * 1e6:.2f} us" if peer else ""))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[1024, 4096])
@@ -332,6 +351,7 @@ def main(argv=None) -> int:
     parser.add_argument("--others", default="softmax,rowsum",
                         help=f"comma-separated, of {', '.join(OTHERS)} ('' for none)")
     parser.add_argument("--rows", type=int, default=4096, help="rows of the others' input")
+    parser.add_argument("--no-launch", action="store_true", help="skip the launch floor")
     args = parser.parse_args(argv)
     others = [name for name in args.others.split(",") if name]
     if set(others) - set(OTHERS):
@@ -353,6 +373,8 @@ def main(argv=None) -> int:
           ", ".join(f"{k}={v}" for k, v in info.fingerprint if k not in ("backend", "name")))
     try:
         ok = verify(device, args.verify) if args.verify >= 0 else True
+        if not args.no_launch:
+            bench_launch(device, args.repeat)
         for n in args.sizes:
             bench_matmul(device, n, args.sweep, args.repeat, args.grid)
         for name in others:

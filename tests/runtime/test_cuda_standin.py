@@ -191,3 +191,4 @@ def test_bench_without_torch_or_cupy_checks_against_numpy(library):
     assert any("cuBLAS: not measured" in line and "numpy" in line for line in lines), done.stdout
     # the stand-in computes nothing, so numpy's product tells every config it is wrong
     assert sum(line.rstrip().endswith("|     wrong |") for line in lines) == 2, done.stdout
+    assert any(line.startswith("launch floor: ") for line in lines), done.stdout
