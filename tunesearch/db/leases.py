@@ -307,6 +307,31 @@ class LeaseBoard:
 
         return self.store.write(work)
 
+    def release_worker(self, worker: str, message: str = "") -> int:
+        """Give back every lease `worker` still holds (WAITING, for any worker to continue) and
+        end its open claims; how many leases. A stopping worker's last word: an interrupt that
+        landed inside a database call (a claim committed but not yet returned, a finish under
+        way) leaves it holding a lease that no Claim in hand names."""
+        def work(connection: Connection) -> int:
+            now = database_now(connection)
+            held = [row.id for row in connection.execute(
+                select(Lease.id).where(Lease.worker == worker, Lease.state == RUNNING))]
+            if not held:
+                return 0
+            connection.execute(
+                update(Lease).where(Lease.id.in_(held), Lease.worker == worker,
+                                    Lease.state == RUNNING)
+                .values(state=WAITING, worker=None, expires_at=None, heartbeat=now,
+                        message=message[:2000], updated=now))
+            connection.execute(
+                update(LeaseClaim).where(LeaseClaim.lease_id.in_(held),
+                                         LeaseClaim.worker == worker,
+                                         LeaseClaim.ended_at.is_(None))
+                .values(ended_at=now, outcome=_OUTCOMES[WAITING]))
+            return len(held)
+
+        return self.store.write(work)
+
     def pending(self, device_key: str, kernel_keys: Iterable[str]) -> int:
         """How many leases of these kernels on this device are waiting or running."""
         keys = list(kernel_keys)

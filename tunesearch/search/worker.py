@@ -135,31 +135,55 @@ class _Worker:
 
     def run(self) -> int:
         """Tune until no lease of these kernels is waiting or running; returns leases done."""
-        done = 0
         measurer = self.job.measurer(self.device, self.job.seed, self.job.n_workers)
         try:
-            while self.job.deadline is None or time.time() < self.job.deadline:
-                claim = _retrying(self.job, "claim a kernel", lambda: self.board.claim(
-                    self.name, self.device_key, self.kernels))
-                if claim is None:
-                    left = _retrying(self.job, "read the leases", lambda: self.board.pending(
-                        self.device_key, self.kernels))
-                    if left == 0:
-                        break
-                    time.sleep(self.job.poll_s)  # others hold the rest; one may die
-                    continue
-                try:
-                    done += self._tune(claim, measurer) == DONE
-                except KeyboardInterrupt:  # stopped before the tuning began: give it back
-                    if claim.claim_id not in self.finished:
-                        self._finish(claim, WAITING, claim.trials, "interrupted")
-                    raise
+            return self._loop(measurer)
+        except BaseException:  # stopped (Ctrl-C, the parent's death) or failed: hold nothing
+            self._release_held()
+            raise
         finally:
             measurer.close()
             self.store.close()
             if self.storage is not None:
                 self.storage.engine.dispose()
+
+    def _loop(self, measurer: Measurer) -> int:
+        done = 0
+        while self.job.deadline is None or time.time() < self.job.deadline:
+            claim = _retrying(self.job, "claim a kernel", lambda: self.board.claim(
+                self.name, self.device_key, self.kernels))
+            if claim is None:
+                left = _retrying(self.job, "read the leases", lambda: self.board.pending(
+                    self.device_key, self.kernels))
+                if left == 0:
+                    break
+                time.sleep(self.job.poll_s)  # others hold the rest; one may die
+                continue
+            try:
+                done += self._tune(claim, measurer) == DONE
+            except KeyboardInterrupt:  # stopped before the tuning began: give it back
+                if claim.claim_id not in self.finished:
+                    self._finish(claim, WAITING, claim.trials, "interrupted")
+                raise
         return done
+
+    def _release_held(self) -> None:
+        """Give back whatever lease this worker still holds as it stops, through a connection
+        of its own: the interrupt may have landed inside a database call of the worker's store
+        (a claim committed but not returned, a finish under way), which leaves that lease
+        running, and that store in no state to be used again."""
+        try:
+            store = Store(self.job.db_url)
+        except Exception:  # noqa: BLE001  (the database is away: the leases expire)
+            return
+        try:
+            LeaseBoard(store, ttl_s=self.job.ttl_s).release_worker(self.name, "interrupted")
+        except Exception as err:  # noqa: BLE001  (the leases expire after their TTL)
+            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            print(f"tunesearch worker: its leases stay until they expire: "
+                  f"{detail.replace(self.job.db_url, where(self.job.db_url))}", file=sys.stderr)
+        finally:
+            store.close()
 
     def _finish(self, claim: Claim, state: str, trials: int, message: str = "") -> str:
         self.finished.add(claim.claim_id)
