@@ -1,8 +1,9 @@
 """Masked reads (a padded copy, a concatenation, a neighbour channel off the edge) and the tails
 of elementwise kernels, as the CPU renders them: every block of a padded copy vectorizes (the
-compiler's own report), a read masked on an axis other than the lanes is clamped into the
-buffer and read unconditionally, an elementwise tail runs shifted back in whole vectors. Each
-against numpy, on one and two threads, with blocks that cross the edges."""
+compiler's own report) and a block whose rows lie inside tests only its lanes, a read masked on
+an axis other than the lanes is clamped into the buffer and read unconditionally, an elementwise
+tail runs shifted back in whole vectors. Each against numpy, on one and two threads, with blocks
+that cross the edges."""
 from __future__ import annotations
 
 import re
@@ -48,8 +49,15 @@ def test_a_padded_copy_is_right_and_every_block_vectorizes(threads):
     x_read = next(line for line in text.splitlines() if "data1[" in line and "float t" in line)
     assert x_read.count("?data1[") == 1 and "o2+l2" not in x_read.split("?data1[")[0], x_read
     assert "ts_keep(" in x_read
+    # a block whose rows lie inside the mask (most of a padded map's) runs a copy that tests
+    # only its lanes: the row flag 1, the lanes' 0; its tail likewise
+    calls = {m.group(1): m.group(2) for m in re.finditer(
+        r"void (\w+)\(float\* restrict data0[^)]*\) \{\n  \w+_block\((.*)\);", text)}
+    lanes = [name for name in calls if name.endswith("_lanes")]
+    assert len(lanes) == 2 and all(calls[n].endswith(", 1, 0") for n in lanes), calls
+    assert all(calls[n].endswith(", 1, 1") for n in calls if n.endswith("_inner")), calls
     # the compiler vectorizes the lane loop in every out-of-line block: the copy inside every
-    # mask, the one on an edge, and the tail
+    # mask, the one whose rows lie inside, the one on an edge, and the tails
     cc, _ = compiler()
     flags = [f for f in DEVICE.flags if f not in ("-shared",)]
     report = subprocess.run([cc, *flags, "-fopt-info-vec-optimized", "-x", "c", "-", "-c",
@@ -57,7 +65,7 @@ def test_a_padded_copy_is_right_and_every_block_vectorizes(threads):
     if "unrecognized" in report.stderr or report.returncode != 0:
         pytest.skip(f"{cc} gives no vectorizer report: {report.stderr[-200:]}")
     blocks = [m.group(1) for m in re.finditer(r"noinline\)\) void (\w+)\(", text)]
-    assert {b.rsplit("_", 1)[-1] for b in blocks} >= {"inner", "edge", "tail1"}, blocks
+    assert {b.rsplit("_", 1)[-1] for b in blocks} >= {"inner", "lanes", "edge", "tail1"}, blocks
     simd_line = next(i for i, line in enumerate(text.splitlines(), 1) if "omp simd" in line)
     vectorized = [line for line in report.stderr.splitlines() if "loop vectorized" in line
                   and re.match(rf"<stdin>:({simd_line}|{simd_line + 1}):", line)]

@@ -80,20 +80,29 @@ def block_args(kernel: Kernel, bounds, origins: dict[int, int] | None = None) ->
 
 def tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
                   name: str, inside_masks: dict[int, tuple[int, int]] | None = None,
-                  shifted: dict[int, int] | None = None
+                  shifted: dict[int, int] | None = None, lanes_flag: int | None = None
                   ) -> tuple[list[str], list[tuple[str, str]]]:
     """Nested ifs that call block() with constant bounds for full blocks and each tail's
     function for the axes' tails; also the functions called out of line, as (their call of
     block(), function name). Where views are masked (inside_masks), a full block inside every
     mask runs the unmasked copy and the others a masked one. The tail of an axis in shifted
     runs as that many elements shifted back to end at the axis's end, computing some elements
-    twice."""
+    twice. With lanes_flag (the lanes' axis, masked besides others), the block function takes a
+    second flag for that axis, and a block inside on every other axis runs a third copy that
+    tests only its lanes."""
     shifted = shifted or {}
+    flags = (lambda inner, lanes: [inner, lanes]) if lanes_flag is not None else \
+        (lambda inner, lanes: [inner])
     n_out, domain = kernel.n_out, kernel.domain
     axes_with_tail = [a for a in range(n_out) if domain[a] % upcast[a]]
     out: list[str] = []
     tails: list[tuple[str, str]] = []
     combos = list(itertools.product((False, True), repeat=len(axes_with_tail)))
+
+    def inside(axes) -> str:
+        return " && ".join(f"o{a}>={lo} && o{a}+{upcast[a]}<={hi}"
+                           for a, (lo, hi) in sorted((inside_masks or {}).items()) if a in axes)
+    rows_inside = inside(set(inside_masks or ()) - {lanes_flag})
     for i, combo in enumerate(combos):
         bounds, origins = list(upcast), {}
         tests = []
@@ -106,19 +115,27 @@ def tail_dispatch(kernel: Kernel, upcast: tuple[int, ...], pack_args: str,
             tests.append(f"o{a}+{upcast[a]}{'>' if is_tail else '<='}{domain[a]}")
         prefix = "" if not tests else ("if (" if i == 0 else "else if (") + " && ".join(tests) + ") "
         if i == 0 and inside_masks:
-            inside = " && ".join(f"o{a}>={lo} && o{a}+{upcast[a]}<={hi}"
-                                 for a, (lo, hi) in sorted(inside_masks.items()))
-            # both copies in functions of their own, as the tails: inlined beside each other
-            # or in the loop nest, GCC merges them and vectorizes neither
-            tails.append((block_args(kernel, bounds + [1]), f"{name}_inner"))
-            tails.append((block_args(kernel, bounds + [0]), f"{name}_edge"))
-            out.append(prefix + f"{{ if ({inside}) {name}_inner({block_args(kernel, [])}"
-                       f"{pack_args}); else {name}_edge({block_args(kernel, [])}"
-                       f"{pack_args}); }}")
+            # the copies in functions of their own, as the tails: inlined beside each other
+            # or in the loop nest, GCC merges them and vectorizes none
+            tails.append((block_args(kernel, bounds + flags(1, 1)), f"{name}_inner"))
+            tails.append((block_args(kernel, bounds + flags(0, 0)), f"{name}_edge"))
+            args = f"({block_args(kernel, [])}{pack_args})"
+            lanes_test = ""
+            if lanes_flag is not None:
+                tails.append((block_args(kernel, bounds + flags(1, 0)), f"{name}_lanes"))
+                lanes_test = f" else if ({rows_inside}) {name}_lanes{args};"
+            out.append(prefix + f"{{ if ({inside(set(inside_masks))}) {name}_inner{args};"
+                       f"{lanes_test} else {name}_edge{args}; }}")
         elif i == 0:
             out.append(prefix + f"{name}_block({block_args(kernel, bounds)}{pack_args});")
         else:
-            tails.append((block_args(kernel, bounds + ([0] if inside_masks else []), origins),
-                          f"{name}_tail{i}"))
-            out.append(prefix + f"{name}_tail{i}({block_args(kernel, [])}{pack_args});")
+            tails.append((block_args(kernel, bounds + (flags(0, 0) if inside_masks else []),
+                                     origins), f"{name}_tail{i}"))
+            call = f"{name}_tail{i}({block_args(kernel, [])}{pack_args});"
+            if lanes_flag is not None:  # a tail whose rows lie inside tests only its lanes
+                tails.append((block_args(kernel, bounds + flags(1, 0), origins),
+                              f"{name}_tail{i}_lanes"))
+                call = f"{{ if ({rows_inside}) {name}_tail{i}_lanes(" \
+                       f"{block_args(kernel, [])}{pack_args}); else {call} }}"
+            out.append(prefix + call)
     return out, tails

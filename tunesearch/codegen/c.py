@@ -102,7 +102,7 @@ def block_calls(ck: CKernel) -> tuple[list[str], list[str]]:
     shifted = shifted_tails(ck.kernel, ck.upcast, ck.order[:ck.parallel], ck.vector_bytes, tiled,
                             frozenset(a for p in packs.values() for a in p.axes))
     dispatch, tails = tail_dispatch(ck.kernel, ck.upcast, pack_args, name, ck.inside_masks,
-                                    shifted)
+                                    shifted, ck.lanes_flag_axis)
     lines = []
     for call, tail in tails:
         lines += [f"static __attribute__((noinline)) void {tail}({ck.params()}"

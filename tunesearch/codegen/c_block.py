@@ -116,7 +116,9 @@ class BlockFunction:
         ck = self.ck
         sig = ck.params() + ck.origin_params() \
             + "".join(f", const int n{a}" for a in range(ck.n_out)) \
-            + (", const int inner" if ck.inside_masks else "") + ck.panel_params()
+            + (", const int inner" if ck.inside_masks else "") \
+            + (", const int inlanes" if ck.lanes_flag_axis is not None else "") \
+            + ck.panel_params()
         body = []
         if ck.reduce_node is not None:
             body = self.accumulators() + self.reduce_loops()

@@ -87,6 +87,10 @@ class CKernel:
         self.inner_size = math.prod(red_sizes[1:]) if self.flat else 1
         self.masked = any(n.arg[1].mask is not None for n in kernel.loads())
         self.inside_masks = interior_ranges(kernel)
+        # the lanes' axis gets a flag of its own where other axes are masked too: a block whose
+        # rows lie inside (most of a padded map's) tests only its lanes against the mask
+        self.lanes_flag_axis = n_out - 1 if n_out - 1 in self.inside_masks and \
+            len(self.inside_masks) > 1 else None
         self.lane_idx = [f"(o{a}+l{a})" for a in range(n_out)]
         self.red_idx = [f"r{j}" for j in range(len(red_sizes))]
         self.inner = inner = len(red_sizes) - 1
@@ -148,6 +152,8 @@ class CKernel:
 
     def holds(self, axis: int) -> str | None:
         """The flag under which the block lies inside every mask on axis (see index_expr)."""
+        if axis == self.lanes_flag_axis:
+            return "inlanes"
         return "inner" if axis in self.inside_masks else None
 
     def pack_index(self, index: int, lane: str | None = None) -> tuple[list[str], ...]:

@@ -63,7 +63,9 @@ def interior_ranges(kernel: Kernel) -> dict[int, tuple[int, int]]:
     it. A block within these ranges on every such axis runs without the tests: the C
     renderer's block function takes a flag `inner`, and the full blocks are called with it
     constant, once 1 and once 0, so the compiler makes an unmasked copy that vectorizes (a
-    masked read does not)."""
+    masked read does not); where the lanes' axis is masked besides others it has a flag of its
+    own, `inlanes`, and a block whose other axes lie inside runs a third copy that tests only
+    its lanes."""
     n_out = kernel.n_out
     ranges: dict[int, tuple[int, int]] = {}
     for node in kernel.expr.walk():
