@@ -314,15 +314,13 @@ class LeaseBoard:
         way) leaves it holding a lease that no Claim in hand names."""
         def work(connection: Connection) -> int:
             now = database_now(connection)
-            held = [row.id for row in connection.execute(
-                select(Lease.id).where(Lease.worker == worker, Lease.state == RUNNING))]
+            held = connection.execute(
+                update(Lease).where(Lease.worker == worker, Lease.state == RUNNING)
+                .values(state=WAITING, worker=None, expires_at=None, heartbeat=now,
+                        message=message[:2000], updated=now)
+                .returning(Lease.id)).scalars().all()
             if not held:
                 return 0
-            connection.execute(
-                update(Lease).where(Lease.id.in_(held), Lease.worker == worker,
-                                    Lease.state == RUNNING)
-                .values(state=WAITING, worker=None, expires_at=None, heartbeat=now,
-                        message=message[:2000], updated=now))
             connection.execute(
                 update(LeaseClaim).where(LeaseClaim.lease_id.in_(held),
                                          LeaseClaim.worker == worker,

@@ -54,13 +54,18 @@ class GraphInfo:
 @dataclass(frozen=True)
 class Profile:
     """One model run, timed: `latency` is the median of whole calls (copies in and out included),
-    `kernel_seconds` the sum of the kernels' median times, `launch_overhead` what a call costs
-    beyond its kernels, per launch (building the arguments, the calls, the copies)."""
+    `kernel_seconds` the sum of the kernels' median times."""
     latency: float
     kernel_seconds: float
-    launch_overhead: float
     kernels: tuple[tuple[Kernel, float], ...]
     n_tuned: int  # kernels that ran with a tuned config from the database
+
+    @property
+    def launch_overhead(self) -> float:
+        """What a call costs beyond its kernels, per launch (building the arguments, the calls,
+        the copies): a device may time a kernel over many back-to-back launches (CUDA does), so
+        the time around one timing says nothing about one launch."""
+        return max(0.0, self.latency - self.kernel_seconds) / max(1, len(self.kernels))
 
 
 def supported_operators() -> list[str]:
@@ -198,10 +203,8 @@ class OnnxModel:
 
     def profile(self, inputs: Optional[dict[str, Any]] = None, repeat: int = 10) -> Profile:
         """Time whole calls, and each kernel where it runs in the sequence (after one warm-up
-        call): medians of `repeat` runs. The launch overhead is a call's latency less its
-        kernels' times, per launch: a device may time a kernel over many back-to-back launches
-        (CUDA does), so the time around one timing says nothing about one launch. These calls
-        are not traced (DEBUG=2, GRAPH=1): a traced call times its kernels one by one."""
+        call): medians of `repeat` runs. These calls are not traced (DEBUG=2, GRAPH=1): a traced
+        call times its kernels one by one."""
         arrays = self._arrays(inputs or self.random_inputs())
         plan = self._plan({k: a.shape for k, a in arrays.items()})
         plan.run(arrays, trace=False)
@@ -216,9 +219,7 @@ class OnnxModel:
             for times, step in zip(per_step, plan.steps):
                 times.append(step.program.timed(step.buffers))
         kernels = tuple((s.kernel, statistics.median(t)) for s, t in zip(plan.steps, per_step))
-        latency, kernel_seconds = statistics.median(calls), sum(t for _, t in kernels)
-        overhead = max(0.0, latency - kernel_seconds) / max(1, len(plan.steps))
-        return Profile(latency, kernel_seconds, overhead, kernels,
+        return Profile(statistics.median(calls), sum(t for _, t in kernels), kernels,
                        sum(s.choice.tuned for s in plan.steps))
 
     def use_lookup(self, lookup: TunedConfigs) -> None:

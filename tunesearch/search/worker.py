@@ -34,6 +34,12 @@ def where(url: str) -> str:
     return describe(normalize_url(url))
 
 
+def _detail(job: WorkerJob, err: BaseException) -> str:
+    """An error's first line for a message, the database named without its password."""
+    text = str(err).splitlines()[0] if str(err).strip() else type(err).__name__
+    return text.replace(job.db_url, where(job.db_url))
+
+
 class WorkerError(TuneError):
     """A worker cannot go on (the database stayed unreachable); the message is one line."""
 
@@ -45,9 +51,8 @@ def _retrying(job: WorkerJob, what: str, action: Callable):
     except Exception as err:  # noqa: BLE001  (only connection failures were retried)
         if not is_transient(err):
             raise
-        detail = str(err).splitlines()[0].replace(job.db_url, where(job.db_url))
         raise WorkerError(f"cannot {what}: the database did not answer for "
-                          f"{job.db_wait_s:.0f} s ({detail})") from err
+                          f"{job.db_wait_s:.0f} s ({_detail(job, err)})") from err
 
 
 class _TrialCounter(Progress):
@@ -179,9 +184,8 @@ class _Worker:
         try:
             LeaseBoard(store, ttl_s=self.job.ttl_s).release_worker(self.name, "interrupted")
         except Exception as err:  # noqa: BLE001  (the leases expire after their TTL)
-            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
             print(f"tunesearch worker: its leases stay until they expire: "
-                  f"{detail.replace(self.job.db_url, where(self.job.db_url))}", file=sys.stderr)
+                  f"{_detail(self.job, err)}", file=sys.stderr)
         finally:
             store.close()
 
