@@ -353,3 +353,58 @@ def test_an_im2col_copy_of_a_channels_last_value_runs_along_its_channels(strides
     for kernel in kernels[:last]:
         if not kernel.n_reduce and mid in kernel.domain:
             assert kernel.domain[-1] in (mid, mid // groups), kernel.name
+
+
+@pytest.mark.parametrize("k,strides,dilation", [(3, (1, 1), 1), (5, (2, 2), 1), (3, (1, 1), 2)])
+def test_a_depthwise_convolution_runs_along_the_channels(k, strides, dilation):
+    """A depthwise convolution of at least a vector of channels (a pointwise one before it and
+    after it, as in MobileNet's blocks) reduces its windows over the taps alone, the channels
+    its last output axis (the lanes), read from a channels-last padded copy of the first's
+    output; the pointwise convolution after it reads its output as it lies."""
+    channels = 2 * _lanes() + 3
+    kernels = kernels_matching_onnxruntime(_depthwise_block(channels, k, strides, dilation), 6)
+    depthwise = [kernel for kernel in kernels if kernel.n_reduce == 2]
+    assert len(depthwise) == 1, [kernel.name for kernel in kernels]
+    assert depthwise[0].domain[-3:] == (channels, k, k)
+    # the first convolution, the padded copy, the depthwise one and the last: no transposes
+    assert len(kernels) == 4, [kernel.name for kernel in kernels]
+
+
+def test_a_squeeze_excitation_after_a_depthwise_convolution_runs_along_the_channels():
+    """EfficientNet's block: SiLU on the depthwise convolution's output, read by the squeeze
+    (a mean over the positions) and by the excitation's product. Every kernel of more than one
+    output axis ends in the channels, its lanes: the SiLU written channels last once ended in
+    the size-1 batch axis instead, one element at a time."""
+    channels = 2 * _lanes()
+    kernels = kernels_matching_onnxruntime(_depthwise_block(channels, 3, (1, 1), 1, se=True), 7)
+    ends = [kernel.domain[kernel.n_out - 1] for kernel in kernels if kernel.n_out > 1
+            and math.prod(kernel.domain[:kernel.n_out]) > channels]
+    assert ends and all(end != 1 for end in ends), [kernel.name for kernel in kernels]
+
+
+def _depthwise_block(channels: int, k: int, strides, dilation: int, se: bool = False):
+    """A pointwise convolution from 4 channels, HardSwish, a depthwise convolution, ReLU (or
+    SiLU and a squeeze-excitation), and a pointwise convolution into 6 channels."""
+    w1 = (RNG.standard_normal((channels, 4, 1, 1)) * 0.5).astype(np.float32)
+    dw = (RNG.standard_normal((channels, 1, k, k)) * 0.5).astype(np.float32)
+    w2 = (RNG.standard_normal((6, channels, 1, 1)) * 0.2).astype(np.float32)
+    pad = dilation * (k // 2)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("HardSwish", ["a"], ["h"]),
+             helper.make_node("Conv", ["h", "dw"], ["d"], group=channels, pads=[pad] * 4,
+                              strides=list(strides), dilations=[dilation] * 2),
+             helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"])]
+    if se:
+        nodes[3:4] = [helper.make_node("Sigmoid", ["d"], ["s"]),
+                      helper.make_node("Mul", ["d", "s"], ["silu"]),
+                      helper.make_node("GlobalAveragePool", ["silu"], ["g"]),
+                      helper.make_node("Sigmoid", ["g"], ["e"]),
+                      helper.make_node("Mul", ["silu", "e"], ["r"])]
+    size = 9
+    out = [(size + 2 * pad - dilation * (k - 1) - 1) // s + 1 for s in strides]
+    graph = helper.make_graph(
+        nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, *out])],
+        [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (dw, "dw"), (w2, "w2"))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

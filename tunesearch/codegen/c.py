@@ -59,6 +59,14 @@ NO_HOIST = '#pragma GCC optimize ("no-move-loop-invariants")'
 # memory, where as a library call they are taken apart into registers (docs/defaults.md).
 NO_LIBCALLS = '#pragma GCC optimize ("no-tree-loop-distribute-patterns")'
 
+# Where no mask tests a lane (a padded copy laid out channels last), GCC's jump threading
+# copies the paths through the clamps and tests of a masked read apart, and if-conversion then
+# leaves selects on those scalar conditions that its vectorizer does not take: the blocks on a
+# padded map's border ran one element at a time, 3x slower than those inside. Where a mask
+# tests the lanes (channels first), the vectorizer needs the threading instead: without it,
+# it takes none of the masked loads (docs/defaults.md).
+NO_THREADING = '#pragma GCC optimize ("no-thread-jumps")'
+
 
 def render_c(kernel: Kernel, config: Config, name: str = "kernel",
              vector_bytes: int = 32, prepacked: frozenset[int] = frozenset(),
@@ -84,7 +92,8 @@ def header(ck: CKernel) -> list[str]:
     whole_blocks = max(ck.split, *ck.upcast, 1) <= UNROLL_LANES
     # the pragma first: a function compiled with other options is not inlined into the kernel
     lines = [HEADER] + ([NO_LIBCALLS] if whole_blocks else []) + [VECTOR_MATH] \
-        + ([KEEP] if ck.masked else []) + [SCRATCH] + ([DECLARATION] if ck.parallel else [])
+        + ([NO_THREADING] if ck.masked_off_lanes else []) + ([KEEP] if ck.masked else []) \
+        + [SCRATCH] + ([DECLARATION] if ck.parallel else [])
     if ck.reduce_node is not None and sum(u > 1 for u in ck.upcast) >= 2:
         # a register block over two axes: its accumulators stay in registers
         lines += [NO_SLP, NO_HOIST]

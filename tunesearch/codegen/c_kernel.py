@@ -61,6 +61,17 @@ def streamed_packs(packs: dict[int, PackInfo], prepacked: frozenset[int],
     return [i for i, p in packs.items() if i not in prepacked and p.axes == [order[0]]]
 
 
+def masked_axes(kernel: Kernel) -> set[int]:
+    """The axes of the kernel's domain on which some read or constant is masked."""
+    axes: set[int] = set()
+    for node in kernel.expr.walk():
+        if node.op in ("load", "const") and node.arg[1].mask is not None:
+            view = node.arg[1]
+            axes |= {a for a, ((lo, hi), size) in enumerate(zip(view.mask, view.shape))
+                     if lo > 0 or hi < size}
+    return axes
+
+
 class CKernel:
     """kernel under config, rendered as the function `name` for a target whose vector register
     holds vector_bytes and whose L2 per core holds l2_bytes; prepacked: the buffers that arrive
@@ -99,6 +110,9 @@ class CKernel:
         self.lane_axes = frozenset([n_out - 1] + (
             [len(domain) - 1 if self.flat else n_out + inner]
             if self.split > 1 and reduce_node is not None else []))
+        # the masks test no lane: every test is the same for a whole vector (a padded copy
+        # laid out channels last, its rows and columns masked, its channels the lanes)
+        self.masked_off_lanes = self.masked and not (self.lane_axes & masked_axes(kernel))
         self.nblocks = [math.ceil(domain[a] / self.upcast[a]) for a in range(n_out)]
         # the reduce runs over whole blocks where the panels are padded: one shape for every
         # call

@@ -25,7 +25,7 @@ from typing import Callable
 
 from tunesearch.graph.dtypes import DType, dtypes
 from tunesearch.graph.view import View
-from tunesearch.codegen.dialect import Dialect, index_expr, mask_tests
+from tunesearch.codegen.dialect import Dialect, mask_tests
 
 # a float kept or zeroed by an int test (0 or 1) through its bits
 KEEP = """#ifndef TUNESEARCH_KEEP
@@ -60,8 +60,7 @@ def masked_read(d: Dialect, view: View, buffer: str, dtype: DType,
         flag = holds(axis)
         return f"({flag}?{x}:{c})" if flag else c
 
-    offset, _ = index_expr(view, index)
-    read = f"{buffer}[{offset}]"
+    read = _split_read(view, buffer, index, lane_axes)
     if guarded:
         read = f"(({_all(view, axis_index, holds, guarded)})?{read}:{zero})"
     kept = [a for a in masked if a not in guarded]
@@ -73,6 +72,25 @@ def masked_read(d: Dialect, view: View, buffer: str, dtype: DType,
     if dtype in (dtypes.int32, dtypes.bool):
         return f"({read}&-({test}))"
     return f"(({test})?{read}:{zero})"
+
+
+def _split_read(view: View, buffer: str, index: Callable[[int], str],
+                lane_axes: frozenset[int]) -> str:
+    """buffer read at the view's offset: `(buffer+(base))[lanes]`, the part that does not move
+    with the lanes (the clamped rows) added to the pointer apart from the part that does.
+    Written as one int sum, GCC cannot prove that the sum does not wrap before it is widened,
+    takes the address as no affine function of the lanes and vectorizes a guarded read only
+    as a gather, which its tuning for some CPUs (Zen 2, generic x86-64-v3) does not allow:
+    the blocks on a padded map's border then ran one element at a time."""
+    base = [str(view.offset)] if view.offset else []
+    lanes = []
+    for axis, stride in enumerate(view.strides):
+        if stride:
+            term = f"{index(axis)}*{stride}" if stride != 1 else index(axis)
+            (lanes if axis in lane_axes else base).append(term)
+    if not base or not lanes:
+        return f"{buffer}[{'+'.join(base + lanes) or '0'}]"
+    return f"({buffer}+({'+'.join(base)}))[{'+'.join(lanes)}]"
 
 
 def _all(view: View, axis_index, holds, axes) -> str:

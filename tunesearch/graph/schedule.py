@@ -180,7 +180,9 @@ def _without_zero_reads(node: LazyNode, memo: dict) -> LazyNode:
 def permutation_of(view: View, shape: tuple[int, ...]) -> tuple[int, ...] | None:
     """Where view reads all of a contiguous buffer of `shape` once, as a permutation of the
     axes of some reshape of it: the order of view's axes that lays them out as the buffer does
-    (largest stride first, view's size-1 axes last). None for any other view."""
+    (view's size-1 axes first, then largest stride first: a kernel over that order then runs
+    its vector lanes along the buffer's last real axis, not along a size-1 one). None for any
+    other view."""
     if view.offset or view.mask is not None or view.size != math.prod(shape):
         return None
     axes = sorted((i for i, size in enumerate(view.shape) if size != 1),
@@ -190,7 +192,7 @@ def permutation_of(view: View, shape: tuple[int, ...]) -> tuple[int, ...] | None
         if view.strides[i] != step:
             return None
         step *= view.shape[i]
-    return tuple(axes) + tuple(i for i, size in enumerate(view.shape) if size == 1)
+    return tuple(i for i, size in enumerate(view.shape) if size == 1) + tuple(axes)
 
 
 def stored_order(node: LazyNode) -> tuple[int, ...] | None:

@@ -3,7 +3,9 @@
 A convolution is one reduce: its windows times the weight, summed over channel x taps. Which
 layout the windows are read from is chosen here, for every front end alike (`Tensor.conv2d`,
 ONNX Conv and ConvTranspose): read in place from the padded input (a pool, a depthwise
-convolution, or on a CPU one whose output rows span several vectors), from a channels-last copy
+convolution of few channels, or on a CPU one whose output rows span several vectors), along the
+channels of a channels-last padded copy (on a CPU a depthwise convolution of a vector of
+channels or more, as a pool over a channels-last value), from a channels-last copy
 with the output channels on the vector lanes (where those fill a register block or outnumber
 the positions), or through one im2col copy laid out with the positions or the output channels
 contiguous, whichever is longer. A channels-last output stays channels last: a pointwise
@@ -22,9 +24,9 @@ import math
 import numpy as np
 
 from tunesearch.errors import ShapeError
-from tunesearch.lowering.windows import (channels_by_taps, column_runs, output_sizes,
-                                         padded_channels_last, stored_channels_last,
-                                         taps_by_channels)
+from tunesearch.lowering.windows import (channel_windows, channels_by_taps, column_runs,
+                                         output_sizes, padded_channels_last,
+                                         stored_channels_last, taps_by_channels)
 from tunesearch.runtime.device import get_device
 from tunesearch.space.cpu_model import useful_accumulators
 from tunesearch.space.cpu_space import matmul_block
@@ -88,6 +90,8 @@ def _convolve(x, w, groups: int, cig: int, rc: int, kernel: tuple[int, ...], geo
         cols = cols.reshape(batch, groups, 1, cig, *outs, *kernel)
         weight = _weight(x, w, (1, groups, rc, cig, *([1] * n), *kernel))
         return (cols * weight).sum((3, *range(4 + n, 4 + 2 * n)))
+    if cig == 1 and rc == 1 and _depthwise_channels_last(x, groups, outs):
+        return _depthwise_last(x, w, groups, kernel, geometry)
     if cig == 1:
         # depthwise: each output channel reads one input channel's windows in place, no copy;
         # the window axes are the whole reduce and the positions stay the vector lanes
@@ -163,6 +167,31 @@ def _direct(x, cig: int, rc: int, outs: list[int], strides, kernel: tuple[int, .
     if outs[-1] >= DIRECT_ROW_VECTORS * lanes:
         return True
     return rc <= FEW_CHANNELS_VECTORS * lanes and outs[-1] >= FEW_CHANNELS_ROW_VECTORS * lanes
+
+
+def _depthwise_channels_last(x, channels: int, outs: list[int]) -> bool:
+    """Whether a depthwise convolution (one input channel per output channel) runs with the
+    channels on the vector lanes, from a channels-last copy of its input (_depthwise_last):
+    on a CPU, where the channels fill at least a vector."""
+    target = _cpu_target(x)
+    return target is not None and channels >= target.lanes(x.dtype.itemsize)
+
+
+def _depthwise_last(x, w, channels: int, kernel: tuple[int, ...], geometry):
+    """A depthwise convolution as a pool is over a value stored channels last: the windows
+    [batch, outs..., channels, taps...] read in place from the channels-last padded copy,
+    times the weight laid out [taps..., channels], summed over the taps; the result is
+    stored channels last, so the pointwise convolution after it reads it as it lies."""
+    strides, dilations, pads, outs = geometry
+    n = len(outs)
+    wins, layout = channel_windows(x, kernel, strides, dilations, pads, outs)
+    if _fixed(w):  # laid out [taps..., channels], once
+        w = _arranged(x, w, (channels, *kernel), (*range(1, n + 1), 0))
+    else:
+        w = w.reshape(channels, *kernel).permute(*range(1, n + 1), 0)
+    weight = w.reshape(1, *([1] * n), *kernel, channels).permute(
+        *range(n + 1), 2 * n + 1, *range(n + 1, 2 * n + 1))
+    return layout((wins * weight).sum(tuple(range(n + 2, 2 * n + 2))))
 
 
 def _channels_on_lanes(channels: int, positions: int) -> bool:

@@ -134,9 +134,19 @@ def pool_windows(x, kernel, strides, dilations, pads, outs, value: float
     place from it (or its padded copy, channels last too), so the pool's lanes run along the
     channels and its result is stored channels last; else Tensor.windows's [batch, channels,
     outs..., taps...], the lanes along an output row."""
-    n, (batch, channels) = len(outs), x.shape[:2]
     if stored_channels_last(x) is None:
         return x.windows(kernel, strides, dilations, pads, outs, value), lambda out: out
+    return channel_windows(x, kernel, strides, dilations, pads, outs, value)
+
+
+def channel_windows(x, kernel, strides, dilations, pads, outs, value: float = 0.0
+                    ) -> tuple[object, Callable]:
+    """The windows of x as [batch, outs..., channels, taps...], read from its channels-last
+    padded copy (or from x in place where it is stored so and needs no padding), the channels
+    one contiguous run for each tap: the vector lanes of a pool or a depthwise convolution.
+    Also the function that lays a result of [batch, outs..., channels] out as [batch,
+    channels, outs...], stored channels last."""
+    n, (batch, channels) = len(outs), x.shape[:2]
     padded, batch_step, place_steps, tap_steps = padded_channels_last(
         x, kernel, strides, dilations, pads, outs, value)
     wins = padded.as_strided([batch, *outs, channels, *kernel],
