@@ -60,6 +60,9 @@ def test_a_padded_copy_is_right_and_every_block_vectorizes(threads):
     assert all(calls[n].endswith(", 1, 1") for n in calls if n.endswith("_inner")), calls
     # the compiler vectorizes the lane loop in every out-of-line block: the copy inside every
     # mask, the one whose rows lie inside, the one on an edge, and the tails
+    if DEVICE.isa.vector_bytes < 32:
+        pytest.skip("SSE4 has no masked vector loads: blocks whose lanes are masked run one "
+                    "element at a time at that level (docs/defaults.md)")
     blocks = _every_block_vectorizes(text)
     assert {b.rsplit("_", 1)[-1] for b in blocks} >= {"inner", "lanes", "edge", "tail1"}, blocks
 
