@@ -90,7 +90,7 @@ def _convolve(x, w, groups: int, cig: int, rc: int, kernel: tuple[int, ...], geo
         cols = cols.reshape(batch, groups, 1, cig, *outs, *kernel)
         weight = _weight(x, w, (1, groups, rc, cig, *([1] * n), *kernel))
         return (cols * weight).sum((3, *range(4 + n, 4 + 2 * n)))
-    if cig == 1 and rc == 1 and _depthwise_channels_last(x, groups, outs):
+    if cig == 1 and rc == 1 and _depthwise_channels_last(x, groups):
         return _depthwise_last(x, w, groups, kernel, geometry)
     if cig == 1:
         # depthwise: each output channel reads one input channel's windows in place, no copy;
@@ -169,7 +169,7 @@ def _direct(x, cig: int, rc: int, outs: list[int], strides, kernel: tuple[int, .
     return rc <= FEW_CHANNELS_VECTORS * lanes and outs[-1] >= FEW_CHANNELS_ROW_VECTORS * lanes
 
 
-def _depthwise_channels_last(x, channels: int, outs: list[int]) -> bool:
+def _depthwise_channels_last(x, channels: int) -> bool:
     """Whether a depthwise convolution (one input channel per output channel) runs with the
     channels on the vector lanes, from a channels-last copy of its input (_depthwise_last):
     on a CPU, where the channels fill at least a vector."""
