@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import numpy as np
 import pytest
 
 from tests.catalogue import catalogue
@@ -509,6 +510,33 @@ def test_windows_read_in_place_take_whole_vectors_and_a_tail_block(level):
     # a tail too small to keep the FMA units busy costs a whole block
     assert cpu_model._lanes_used(56, 48, 16, rows=4, busy=8) == 56 / 96
     assert cpu_model._lanes_used(56, 48, 16, rows=0, busy=8) == 56 / 96
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_depthwise_convolution_along_the_channels_blocks_the_positions_too(level):
+    """A depthwise convolution read along the channels (the lanes), its weight the same for
+    every position: the block spans several positions of a row, so each weight vector is
+    loaded once for all of them, with accumulators enough to keep the FMA pipes busy and the
+    block within the register file (or as many as it holds). A max pool (no weight) keeps its
+    block on the lanes."""
+    from tunesearch import Tensor
+    target = LEVELS[level]
+    lanes = target.lanes(4)
+    x = Tensor(np.zeros((1, 16, 16, 96), np.float32)).pad([(0, 0), (1, 1), (1, 1), (0, 0)])
+    wins = x.as_strided([1, 16, 16, 96, 3, 3], [0, 18 * 96, 96, 1, 18 * 96, 96])
+    w = Tensor(np.zeros((3, 3, 96), np.float32)).permute(2, 0, 1).reshape(1, 1, 1, 96, 3, 3)
+    kernel = _last_kernel((wins * w).sum((4, 5)))
+    upcast = space_for(kernel, target).default().get("upcast")
+    rows, columns = upcast[2], upcast[3]
+    assert rows > 1 and columns % lanes == 0, upcast
+    vectors = columns // lanes
+    accumulators = rows * vectors
+    # the pipes busy, or no room for another row (SSE4's latency of 7 wants 14 chains)
+    assert accumulators >= target.fma_units * target.fma_latency or \
+        accumulators + 2 * vectors + 1 > target.vector_registers, upcast
+    assert accumulators + vectors + 1 <= target.vector_registers, upcast
+    pool = _last_kernel(wins.max((4, 5)))
+    assert space_for(pool, target).default().get("upcast")[2] == 1
 
 
 @pytest.mark.parametrize("level", ["avx512", "avx2", "sse4"])

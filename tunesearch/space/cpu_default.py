@@ -126,6 +126,14 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             # convolution's window): the vector lanes run over the outputs instead
             upcast[last] = min(cpu_model.elementwise_block(target, itemsize), domain[last])
             unroll = 2
+            shared = _shared_across(kernel, last)
+            if shared is not None:
+                # a weight that several outputs along another axis read alike (a depthwise
+                # convolution's, along the channels on the lanes): a block over that axis
+                # too loads each of its vectors once for all of them
+                rows, vectors = cpu_model.shared_rows(target, itemsize)
+                upcast[last] = min(vectors * target.lanes(itemsize), domain[last])
+                upcast[shared] = min(rows, domain[shared])
     elif last is not None:
         # where a view masks the vector axis (a pad), one vector a block: the blocks that
         # lie inside the mask run unmasked (kernel_shape.interior_ranges), all but the edges.
@@ -140,6 +148,22 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
         order = output_order(kernel)
     return dict(upcast=tuple(upcast), order=order, split=split, unroll=unroll, ktile=ktile,
                 pack=pack, cblock=cblock, group_tile=group_tile)
+
+
+def _shared_across(kernel: Kernel, last: int) -> int | None:
+    """The output axis before `last` along which an operand of the reduce stays the same
+    while it moves along `last` and the reduce (a depthwise convolution's weight along the
+    positions, the channels its lanes), where another operand moves along it; else None."""
+    reads = [n.arg[1] for n in kernel.reduce.src[0].walk() if n.op == "load"]
+    reduce_axes = range(kernel.n_out, len(kernel.domain))
+    for axis in reversed(range(last)):
+        if kernel.domain[axis] == 1:
+            continue
+        weight = any(v.strides[axis] == 0 and v.strides[last] != 0
+                     and any(v.strides[r] for r in reduce_axes) for v in reads)
+        moving = any(v.strides[axis] != 0 for v in reads)
+        return axis if weight and moving else None
+    return None
 
 
 def _reads_across(loads, last: int | None) -> bool:
