@@ -9,7 +9,7 @@ from tunesearch.codegen.dialect import Dialect
 from tunesearch.codegen.panels import padded_axes
 from tunesearch.graph.kernel import Kernel
 from tunesearch.space.config import Config
-from tunesearch.space.kernel_shape import interior_ranges
+from tunesearch.space.kernel_shape import interior_ranges, masked_axes
 from tunesearch.space.panel_layout import PackInfo
 
 
@@ -59,17 +59,6 @@ def streamed_packs(packs: dict[int, PackInfo], prepacked: frozenset[int],
     if parallel > 1 or not order:
         return []
     return [i for i, p in packs.items() if i not in prepacked and p.axes == [order[0]]]
-
-
-def masked_axes(kernel: Kernel) -> set[int]:
-    """The axes of the kernel's domain on which some read or constant is masked."""
-    axes: set[int] = set()
-    for node in kernel.expr.walk():
-        if node.op in ("load", "const") and node.arg[1].mask is not None:
-            view = node.arg[1]
-            axes |= {a for a, ((lo, hi), size) in enumerate(zip(view.mask, view.shape))
-                     if lo > 0 or hi < size}
-    return axes
 
 
 class CKernel:

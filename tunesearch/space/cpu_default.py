@@ -131,7 +131,7 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
                 # a weight that several outputs along another axis read alike (a depthwise
                 # convolution's, along the channels on the lanes): a block over that axis
                 # too loads each of its vectors once for all of them
-                rows, vectors = cpu_model.shared_rows(target, itemsize)
+                rows, vectors = cpu_model.shared_rows(target)
                 upcast[last] = min(vectors * target.lanes(itemsize), domain[last])
                 upcast[shared] = min(rows, domain[shared])
     elif last is not None:

@@ -287,7 +287,7 @@ def reduce_rows(target: Target, split: int, itemsize: int = 4) -> int:
     return max(1, min(busy // vectors, target.vector_registers // (2 * vectors)))
 
 
-def shared_rows(target: Target, itemsize: int = 4) -> tuple[int, int]:
+def shared_rows(target: Target) -> tuple[int, int]:
     """(rows, vectors) of a block whose rows share each column vector of one operand and
     read the other anew (a depthwise convolution: the weight shared by the positions): two
     vectors of columns, and as many rows as keep the FMA pipes busy (units x latency

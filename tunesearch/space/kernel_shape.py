@@ -66,15 +66,23 @@ def interior_ranges(kernel: Kernel) -> dict[int, tuple[int, int]]:
     masked read does not); where the lanes' axis is masked besides others it has a flag of its
     own, `inlanes`, and a block whose other axes lie inside runs a third copy that tests only
     its lanes."""
-    n_out = kernel.n_out
     ranges: dict[int, tuple[int, int]] = {}
-    for node in kernel.expr.walk():
-        if node.op not in ("load", "const") or node.arg[1].mask is None:
-            continue
-        view = node.arg[1]
-        for a in range(n_out):
-            lo, hi = view.mask[a]
-            if (lo, hi) != (0, view.shape[a]):
-                old = ranges.get(a, (0, view.shape[a]))
-                ranges[a] = (max(old[0], lo), min(old[1], hi))
+    for a, lo, hi, size in _masked_ranges(kernel):
+        if a < kernel.n_out:
+            old = ranges.get(a, (0, size))
+            ranges[a] = (max(old[0], lo), min(old[1], hi))
     return ranges
+
+
+def masked_axes(kernel: Kernel) -> set[int]:
+    """The axes of the kernel's domain, output and reduce, on which some read or constant is
+    masked."""
+    return {a for a, *_ in _masked_ranges(kernel)}
+
+
+def _masked_ranges(kernel: Kernel) -> list[tuple[int, int, int, int]]:
+    """(axis, lo, hi, size) of every range a read's or a constant's mask limits its view to."""
+    return [(a, lo, hi, size) for node in kernel.expr.walk()
+            if node.op in ("load", "const") and node.arg[1].mask is not None
+            for a, ((lo, hi), size) in enumerate(zip(node.arg[1].mask, node.arg[1].shape))
+            if (lo, hi) != (0, size)]
