@@ -97,3 +97,31 @@ def test_sqrt_is_ieee_and_vectorizes():
         dump = subprocess.run(["objdump", "-d", device.compile(source).decode()],
                               capture_output=True, text=True).stdout
         assert "sqrtf@plt" not in dump and "sqrtps" in dump
+
+
+def test_sigmoid_in_one_function_keeps_exp2s_accuracy():
+    """A sigmoid (1 / (1 + 2^x) in the graph) runs as one function (ts_recip_1_exp2f) that
+    scales once and tests no NaN: relative error within a few ulps plus the rounding of
+    -x * log2(e), which the graph has either way; 0, 1 and NaN where numpy has them, and below
+    float's normal range an error under 2^-126."""
+    from tunesearch.graph.schedule import create_schedule
+    from tunesearch.runtime.device import get_device
+    from tunesearch.runtime.lookup import TunedConfigs
+    edges = [0, -0.0, 1, -1, 80, -80, 87, -87, 88, -88, 89, -89, 104, -104, 200, -200, 1e30,
+             -1e30, np.inf, -np.inf, np.nan]
+    x = np.concatenate([RNG.uniform(-110, 110, 100000), RNG.uniform(-4, 4, 50000),
+                        edges]).astype(np.float32)
+    t = Tensor(x, device="cpu")
+    got = t.sigmoid().numpy()
+    with np.errstate(all="ignore"):
+        want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    assert np.array_equal(np.isnan(got), np.isnan(x))
+    normal = want >= 2.0 ** -126
+    relative = np.abs(got[normal] - want[normal]) / want[normal]
+    assert (relative <= (8 + 2 * np.abs(x[normal])) * 2.0 ** -24).all(), relative.max()
+    assert (np.abs(got[~normal & ~np.isnan(x)]) <= 2.0 ** -126).all()
+    assert got[x == np.inf][0] == 1.0 and got[x == -np.inf][0] == 0.0
+    device = get_device("cpu")
+    kernel = create_schedule([t.sigmoid().node])[-1].kernel
+    source = device.render(kernel, TunedConfigs.defaults().choose(kernel, device).config)
+    assert "ts_recip_1_exp2f(" in source.text

@@ -7,6 +7,7 @@ import math
 
 from tunesearch.codegen.dialect import Dialect
 from tunesearch.codegen.panels import padded_axes
+from tunesearch.graph.dtypes import DType, dtypes
 from tunesearch.graph.kernel import Kernel
 from tunesearch.space.config import Config
 from tunesearch.space.kernel_shape import interior_ranges, masked_axes
@@ -18,6 +19,9 @@ class CDialect(Dialect):
 
     def math_name(self, name: str) -> str:
         return f"ts_{name}f" if name in ("sqrt", "exp2", "log2") else super().math_name(name)
+
+    def recip_one_plus_exp2(self, x: str, dtype: DType) -> str | None:
+        return f"ts_recip_1_exp2f({x})" if dtype is dtypes.float32 else None
 
 
 def buffer_params(kernel: Kernel, dialect: Dialect) -> str:

@@ -48,6 +48,11 @@ class Dialect:
     def math_name(self, name: str) -> str:
         return name + "f"
 
+    def recip_one_plus_exp2(self, x: str, dtype: DType) -> str | None:
+        """1 / (1 + exp2(x)) (a sigmoid) as one expression, where the dialect has a cheaper
+        way to it than its three operations; None where it has not."""
+        return None
+
     def binary(self, op: BinaryOps, a: str, b: str, dtype: DType) -> str:
         symbols = {BinaryOps.ADD: "+", BinaryOps.MUL: "*", BinaryOps.CMPLT: "<",
                    BinaryOps.CMPEQ: "==", BinaryOps.MOD: "%", BinaryOps.IDIV: "/"}
@@ -101,6 +106,19 @@ def mask_tests(view: View, axis_index: Callable[[int], str],
     return tests
 
 
+def _one_plus_exp2(node: KNode) -> KNode | None:
+    """x where node is 1 + exp2(x) (either order, the 1 an unmasked constant): the
+    reciprocal of it is a sigmoid, which a dialect may compute in one expression (the exp2 and
+    the sum are still emitted for any other reader; the compiler drops them where none is)."""
+    if node.op is not BinaryOps.ADD:
+        return None
+    for one, power in (node.src, node.src[::-1]):
+        if one.op == "const" and one.arg[0] == 1.0 and one.arg[1].mask is None and \
+                power.op is UnaryOps.EXP2:
+            return power.src[0]
+    return None
+
+
 class ExprEmitter:
     """Emits the statements that compute expression nodes into temporaries."""
 
@@ -127,7 +145,10 @@ class ExprEmitter:
                 if valid:
                     value = f"(({valid})?{value}:{d.literal(0, node.dtype)})"
             elif isinstance(node.op, UnaryOps):
-                value = d.unary(node.op, names[id(node.src[0])], node.dtype)
+                exponent = _one_plus_exp2(node.src[0]) if node.op is UnaryOps.RECIP else None
+                value = exponent is not None and \
+                    d.recip_one_plus_exp2(names[id(exponent)], node.dtype) or \
+                    d.unary(node.op, names[id(node.src[0])], node.dtype)
             elif node.op is BinaryOps.WHERE:
                 c, a, b = (names[id(s)] for s in node.src)
                 value = f"({c}?{a}:{b})"
