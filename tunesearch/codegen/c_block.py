@@ -13,6 +13,7 @@ every call site is specialized by the compiler (see c.py).
 from __future__ import annotations
 
 import math
+import re
 
 from tunesearch.codegen.c_kernel import CKernel
 from tunesearch.codegen.dialect import ExprEmitter, index_expr
@@ -20,6 +21,7 @@ from tunesearch.codegen.masked_loads import masked_read
 from tunesearch.codegen.panels import panel_offset
 from tunesearch.codegen.prefetch import fetch_lines, next_panel_fetch
 from tunesearch.graph.kernel import KNode
+from tunesearch.graph.ops import UnaryOps
 
 # a block's loops over its elements are unrolled whole up to this many iterations
 UNROLL_LANES = 64
@@ -34,6 +36,9 @@ UNROLL_LANES = 64
 # the column sliver where the panel stays in L2, into L2 it costs nothing there. Only panels
 # packed in the call (see CKernel.walked; docs/defaults.md).
 PREFETCH_AHEAD = 2048
+
+# where the block's store splits into the sums kept and the epilogue (BlockFunction.lines)
+EPILOGUE = "/* epilogue */"
 
 
 class BlockReads:
@@ -119,13 +124,38 @@ class BlockFunction:
             + (", const int inner" if ck.inside_masks else "") \
             + (", const int inlanes" if ck.lanes_flag_axis is not None else "") \
             + ck.panel_params()
-        body = []
+        body, before = [], []
         if ck.reduce_node is not None:
             body = self.accumulators() + self.reduce_loops()
             self.known[id(ck.reduce_node)] = "red"
-        body += self.store()
-        return [f"static inline __attribute__((always_inline)) void {ck.name}_block({sig}) {{"] \
-            + ["  " + b for b in body if b] + ["}", ""]
+        store = self.store()
+        if self.outlined_epilogue():
+            # the sums stored, the epilogue runs in a function of its own (outlined_epilogue)
+            cut = store.index(EPILOGUE)
+            names = re.findall(r"(\w+)\s*(?:,|$)", sig)
+            before = [f"static __attribute__((noinline)) void {ck.name}_epilogue({sig}, "
+                      f"const {self.acc_type} blk{self.acc_dims}) {{"] \
+                + ["  " + b for b in store[cut + 1:-1] if b] + ["}", ""]
+            store = store[:cut] + [f"{ck.name}_epilogue({', '.join(names)}, blk);", store[-1]]
+        else:
+            store = [b for b in store if b != EPILOGUE]
+        body += store
+        return before + [f"static inline __attribute__((always_inline)) void {ck.name}_block("
+                         f"{sig}) {{"] + ["  " + b for b in body if b] + ["}", ""]
+
+    def outlined_epilogue(self) -> bool:
+        """Whether the work after the reduce runs in a function of its own, the block's sums
+        handed over in memory: where it holds an exp2 or a log2 (a sigmoid, a GELU) and the
+        block spans two axes. Inline, the vector constants of those functions (a dozen) are
+        loaded once for the whole loop nest and held in registers through the reduce, and the
+        accumulators of a block sized to the register file go through the stack at every step
+        (a SiLU after a 16-deep pointwise convolution doubled its time)."""
+        ck = self.ck
+        if ck.reduce_node is None or not ck.n_out or (ck.tiled and ck.split != 1) or \
+                sum(u > 1 for u in ck.upcast) < 2:
+            return False
+        return any(node.op in (UnaryOps.EXP2, UnaryOps.LOG2)
+                   for node in ck.kernel.expr.walk(stop=lambda n: n is ck.reduce_node))
 
     def vector_chunks(self, var: str, bound) -> list[str]:
         """A loop over `bound` lanes, one vector at a time: a loop unrolled over the
@@ -289,7 +319,7 @@ class BlockFunction:
                          f"part[{part_idx}] = {self.acc_at}[0];", "}" * (n_out + 1), "} else {"]
             body.append(f"{self.acc_type} blk{self.acc_dims};")
             body += self.vector_nest(self.lane_loops, f"n{n_out - 1}")
-            body += self.block_sum + [f"{blk_at} = red;", "}" * (n_out + 1)]
+            body += self.block_sum + [f"{blk_at} = red;", "}" * (n_out + 1), EPILOGUE]
             body += self.vector_nest(self.lane_loops, f"n{n_out - 1}")
             body.append(f"{self.acc_type} red = {blk_at};")
         else:
@@ -303,6 +333,5 @@ class BlockFunction:
         stmts = []
         value = self.emitter.emit(ck.kernel.expr, stmts, self.known)
         out_idx, _ = index_expr(ck.kernel.out_view, ck.axis_index)
-        body += stmts + [f"data0[{out_idx}] = {value};",
-                         "}" * (n_out + tiled + bool(chunked))]
-        return body
+        body += stmts + [f"data0[{out_idx}] = {value};", "}" * (n_out + bool(chunked))]
+        return body + ["}" * tiled]
