@@ -146,9 +146,9 @@ class ExprEmitter:
                     value = f"(({valid})?{value}:{d.literal(0, node.dtype)})"
             elif isinstance(node.op, UnaryOps):
                 exponent = _one_plus_exp2(node.src[0]) if node.op is UnaryOps.RECIP else None
-                value = exponent is not None and \
-                    d.recip_one_plus_exp2(names[id(exponent)], node.dtype) or \
-                    d.unary(node.op, names[id(node.src[0])], node.dtype)
+                fused = None if exponent is None else \
+                    d.recip_one_plus_exp2(names[id(exponent)], node.dtype)
+                value = fused or d.unary(node.op, names[id(node.src[0])], node.dtype)
             elif node.op is BinaryOps.WHERE:
                 c, a, b = (names[id(s)] for s in node.src)
                 value = f"({c}?{a}:{b})"
