@@ -5,6 +5,7 @@ bundled fixtures (tunesearch/examples/<family>_<exporter>.onnx, manifest in expo
     python scripts/export_models.py                         # every family, both exporters
     python scripts/export_models.py --models bert gpt2 --exporters dynamo
     python scripts/export_models.py --large --folder /tmp/large   # benchmark sizes
+    python scripts/export_models.py --large --vocab 30522 --models bert --folder /tmp/vocab
 
 Each model is built from a small config with seeded random weights (nothing is downloaded), so a
 fixture is 0.3-1.2 MB and the tests run it against onnxruntime without PyTorch. The manifest
@@ -13,6 +14,7 @@ records the exporter, opset, torch and transformers versions, the inputs and the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import warnings
@@ -238,9 +240,18 @@ def main() -> int:
                         help="the sizes users run (hidden 256, 4 layers, sequence 128; the "
                              "full MobileNetV3-small and EfficientNet-B0 at 224x224), for "
                              "benchmarks: give --folder outside the package")
+    parser.add_argument("--vocab", type=int, default=None, metavar="WORDS",
+                        help="the text models' vocabulary (the configs' own: BERT 30522, GPT-2 "
+                             "50257, T5 32128) in place of the size's (256 small, 1024 large)")
     args = parser.parse_args()
     global SIZE
     SIZE = LARGE if args.large else SMALL
+    if args.vocab is not None:
+        if args.vocab < 2:
+            parser.error("--vocab must be at least 2")
+        if args.folder == EXAMPLES:
+            parser.error("--vocab writes models other than the bundled ones: give --folder")
+        SIZE = dataclasses.replace(SIZE, vocab=args.vocab)
     if args.large and args.folder == EXAMPLES:
         parser.error("--large writes models too big to bundle: give --folder")
     try:
