@@ -94,8 +94,7 @@ def header(ck: CKernel) -> list[str]:
     lines = [HEADER] + ([NO_LIBCALLS] if whole_blocks else []) + [VECTOR_MATH] \
         + ([NO_THREADING] if ck.masked_off_lanes else []) + ([KEEP] if ck.masked else []) \
         + [SCRATCH] + ([DECLARATION] if ck.parallel else [])
-    if ck.reduce_node is not None and sum(u > 1 for u in ck.upcast) >= 2:
-        # a register block over two axes: its accumulators stay in registers
+    if ck.two_axis_block:  # its accumulators stay in registers
         lines += [NO_SLP, NO_HOIST]
     return lines
 

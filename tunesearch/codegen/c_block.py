@@ -151,8 +151,7 @@ class BlockFunction:
         accumulators of a block sized to the register file go through the stack at every step
         (a SiLU after a 16-deep pointwise convolution doubled its time)."""
         ck = self.ck
-        if ck.reduce_node is None or not ck.n_out or (ck.tiled and ck.split != 1) or \
-                sum(u > 1 for u in ck.upcast) < 2:
+        if not ck.two_axis_block or (ck.tiled and ck.split != 1):
             return False
         return any(node.op in (UnaryOps.EXP2, UnaryOps.LOG2)
                    for node in ck.kernel.expr.walk(stop=lambda n: n is ck.reduce_node))

@@ -106,6 +106,8 @@ class CKernel:
         # the masks test no lane: every test is the same for a whole vector (a padded copy
         # laid out channels last, its rows and columns masked, its channels the lanes)
         self.masked_off_lanes = self.masked and not (self.lane_axes & masked_axes(kernel))
+        # a register block over two output axes after a reduce (a matmul's rows x columns)
+        self.two_axis_block = reduce_node is not None and sum(u > 1 for u in self.upcast) >= 2
         self.nblocks = [math.ceil(domain[a] / self.upcast[a]) for a in range(n_out)]
         # the reduce runs over whole blocks where the panels are padded: one shape for every
         # call

@@ -13,7 +13,9 @@ HEADER = "#include <math.h>\n#include <stdlib.h>\n#include <stdbool.h>\n#include
 # within 1 ulp of the exact value over every float, log2 within 3, and both keep libm's special
 # values (NaN, infinities, zero, subnormals). exp2: 2^x = 2^n * 2^f with n = rint(x),
 # |f| <= 1/2, 2^f by its Taylor series to the 7th power (error < 6e-9), 2^n applied in two
-# halves so that 2^-149..2^127 need no special case. log2: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), log2(m) = 2/ln2 * atanh(t)
+# halves so that 2^-149..2^127 need no special case; ts_exp2_series is the series from its f^5
+# term down, given the higher terms as one coefficient (shared with the sigmoid below).
+# log2: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), log2(m) = 2/ln2 * atanh(t)
 # with t = (m-1)/(m+1), |t| < 0.172, by its series to t^11 (error < 1e-9). Always inlined: in a
 # large block (a matrix product's epilogue) GCC may keep them as calls, one element at a time.
 # 1 / (1 + 2^x), a sigmoid's whole work (Tensor.sigmoid and tanh are written so), by one
@@ -26,17 +28,18 @@ VECTOR_MATH = """#ifndef TUNESEARCH_VECTOR_MATH
 static inline __attribute__((always_inline)) float ts_bits_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline __attribute__((always_inline)) int ts_float_bits(float f) { int i; memcpy(&i, &f, 4); return i; }
 static inline __attribute__((always_inline)) float ts_sqrtf(float x) { return __builtin_sqrtf(x < 0.0f ? NAN : x); }
-static inline __attribute__((always_inline)) float ts_exp2f(float x) {
-  float c = x < -151.0f ? -151.0f : (x > 129.0f ? 129.0f : x);
-  float n = rintf(c), f = c - n;
-  float p = 1.5252733804059840e-05f;
-  p = p * f + 1.5403530393381606e-04f;
+static inline __attribute__((always_inline)) float ts_exp2_series(float f, float p) {
   p = p * f + 1.3333558146428443e-03f;
   p = p * f + 9.6181291076284772e-03f;
   p = p * f + 5.5504108664821580e-02f;
   p = p * f + 2.4022650695910071e-01f;
   p = p * f + 6.9314718055994531e-01f;
-  p = p * f + 1.0f;
+  return p * f + 1.0f;
+}
+static inline __attribute__((always_inline)) float ts_exp2f(float x) {
+  float c = x < -151.0f ? -151.0f : (x > 129.0f ? 129.0f : x);
+  float n = rintf(c), f = c - n;
+  float p = ts_exp2_series(f, 1.5252733804059840e-05f * f + 1.5403530393381606e-04f);
   int k = (int)n, half = k >> 1;
   float r = p * ts_bits_float((half + 127) << 23) * ts_bits_float((k - half + 127) << 23);
   return x != x ? x : r;
@@ -45,13 +48,7 @@ static inline __attribute__((always_inline)) float ts_recip_1_exp2f(float x) {
   float c = x < -127.0f ? -127.0f : x;
   c = c > 128.0f ? 128.0f : c;
   float n = rintf(c), f = c - n;
-  float p = 1.5403530393381606e-04f;
-  p = p * f + 1.3333558146428443e-03f;
-  p = p * f + 9.6181291076284772e-03f;
-  p = p * f + 5.5504108664821580e-02f;
-  p = p * f + 2.4022650695910071e-01f;
-  p = p * f + 6.9314718055994531e-01f;
-  p = p * f + 1.0f;
+  float p = ts_exp2_series(f, 1.5403530393381606e-04f);
   return 1.0f / (1.0f + p * ts_bits_float(((int)n + 127) << 23));
 }
 static inline __attribute__((always_inline)) float ts_log2f(float x) {
