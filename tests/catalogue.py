@@ -47,6 +47,13 @@ def _cases():
     yield "layernorm", _r(13, 24).layernorm()
     yield "max_pool", _r(1, 3, 8, 8).max_pool2d(2)
     yield "avg_pool_pad", _r(1, 3, 9, 9).avg_pool2d(3, 2, 1)
+    # reads at computed positions: the index buffers get random ints in [-50, 50), so some
+    # count from the end and some fall outside the axis (zeros)
+    ids = Tensor(np.arange(21, dtype=np.int32).reshape(3, 7) * 3 - 20, device="reference")
+    yield "embedding", _r(40, 24).take(ids, 0) + _r(7, 24, seed=1)
+    yield "take_middle_axis", _r(5, 30, 6).take(ids.reshape(21)[:4], 1)
+    yield "gather_elements", _r(9, 13).gather(1, ids.reshape(21)[:18].reshape(9, 2) % 13)
+    yield "embedding_layernorm", (_r(40, 24).take(ids, 0) * 2.0).layernorm()
     ints = Tensor(np.arange(-20, 40, dtype=np.int32).reshape(6, 10), device="reference")
     yield "int_mod_div_where", ((ints % 7) + (ints // 3)).maximum(ints * 2).where(ints, 1) \
         if False else (ints > 3).where(ints % 7, ints // 3)

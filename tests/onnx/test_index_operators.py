@@ -112,3 +112,18 @@ def test_an_index_out_of_range_is_one_line():
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
     with pytest.raises(tox.OnnxImportError, match="out of range"):
         tox.load(proto, device="reference")
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_gather_of_computed_ids_over_a_large_vocabulary(axis):
+    """An embedding as BERT's exports write it: token ids from the input (int64, some counted
+    from the end) into a table of 30,522 rows, the position embedding added; the table
+    read one row per token (one-hot, this ran over every word)."""
+    words, hidden = 30522, 32
+    table = RNG.standard_normal((words, hidden) if axis == 0 else (hidden, words)) \
+        .astype(np.float32)
+    ids = RNG.integers(-words, words, (2, 40)).astype(np.int64)
+    pos = RNG.standard_normal((40, hidden) if axis == 0 else (hidden, 2, 40)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["w", "ids"], ["e"], axis=axis),
+             helper.make_node("Add", ["e", "p"], ["y"])]
+    _check(nodes, {"ids": ids}, {"w": table, "p": pos})

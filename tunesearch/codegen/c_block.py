@@ -17,7 +17,7 @@ import re
 
 from tunesearch.codegen.c_kernel import CKernel
 from tunesearch.codegen.dialect import ExprEmitter, index_expr
-from tunesearch.codegen.masked_loads import masked_read
+from tunesearch.codegen.masked_loads import gathered_read, masked_read
 from tunesearch.codegen.panels import panel_offset
 from tunesearch.codegen.prefetch import fetch_lines, next_panel_fetch
 from tunesearch.graph.kernel import KNode
@@ -69,6 +69,11 @@ class BlockReads:
             return self._through_pointer(index, view, node.dtype)
         return f"data{index}[{index_expr(view, ck.axis_index)[0]}]"
 
+    def gather(self, node: KNode, index: str) -> str:
+        ck = self.ck
+        return gathered_read(ck.d, node, f"data{node.arg[0]}", index, ck.axis_index,
+                             ck.lane_axes)
+
     def _through_pointer(self, index: int, view, dtype) -> str:
         ck, pointers = self.ck, self.pointers
         origin = [str(view.offset)] if view.offset else []
@@ -97,7 +102,7 @@ class BlockFunction:
         self.ck = ck
         n_out = ck.n_out
         self.reads = BlockReads(ck)
-        self.emitter = ExprEmitter(ck.d, self.reads.load)
+        self.emitter = ExprEmitter(ck.d, self.reads.load, self.reads.gather)
         self.emitter.axis_index = staticmethod(ck.axis_index)
         self.emitter.holds = staticmethod(ck.holds)
         self.lane_loops = [f"for (int l{a} = 0; l{a} < n{a}; l{a}++)" for a in range(n_out)]

@@ -90,6 +90,7 @@ class CKernel:
         # of it for each step of the first axis
         self.inner_size = math.prod(red_sizes[1:]) if self.flat else 1
         self.masked = any(n.arg[1].mask is not None for n in kernel.loads())
+        self.gathered = bool(kernel.gathers())
         self.inside_masks = interior_ranges(kernel)
         # the lanes' axis gets a flag of its own where other axes are masked too: a block whose
         # rows lie inside (most of a padded map's) tests only its lanes against the mask

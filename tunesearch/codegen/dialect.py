@@ -122,8 +122,11 @@ def _one_plus_exp2(node: KNode) -> KNode | None:
 class ExprEmitter:
     """Emits the statements that compute expression nodes into temporaries."""
 
-    def __init__(self, dialect: Dialect, load: Callable[[KNode], str]):
-        self.dialect, self.load = dialect, load
+    def __init__(self, dialect: Dialect, load: Callable[[KNode], str],
+                 gather: Callable[[KNode, str], str] | None = None):
+        """load(node) is the read of a load; gather(node, index) the read of a gather at the
+        variable holding its index."""
+        self.dialect, self.load, self.gather = dialect, load, gather
         self.count = 0
 
     def emit(self, root: KNode, lines: list[str], known: dict[int, str] | None = None,
@@ -139,6 +142,8 @@ class ExprEmitter:
                 raise ValueError("the reduce must be given in known")
             if node.op == "load":
                 value = self.load(node)
+            elif node.op == "gather":
+                value = self.gather(node, names[id(node.src[0])])
             elif node.op == "const":
                 value = d.literal(node.arg[0], node.dtype)
                 valid = index_expr(node.arg[1], self.axis_index, self.holds)[1]

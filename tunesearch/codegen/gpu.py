@@ -49,7 +49,7 @@ class _Lowering:
         self.red_sizes = kernel.domain[n:]
         self.tiles = {b: stage_tile(kernel, b, self.local, self.upcast) for b in self.stage}
         self.axes_memo: dict[int, frozenset] = {}
-        self.emitter = ExprEmitter(dialect, self._load)
+        self.emitter = ExprEmitter(dialect, self._load, self._gather)
         self.emitter.axis_index = self._axis_index
         self.lane: tuple[int, ...] = ()
         self.k_index = "0"
@@ -80,6 +80,13 @@ class _Lowering:
         idx, valid = index_expr(view, self._axis_index)
         read = self.d.read(self.k.buffers[index].dtype, f"data{index}", idx)
         return f"(({valid})?{read}:{self.d.literal(0, node.dtype)})" if valid else read
+
+    def _gather(self, node: KNode, index: str) -> str:
+        buffer, view, stride, size = node.arg
+        idx, _ = index_expr(view, self._axis_index)
+        read = self.d.read(self.k.buffers[buffer].dtype, f"data{buffer}",
+                           f"{idx}+{index}*{stride}")
+        return f"(({index}>=0&&{index}<{size})?{read}:{self.d.literal(0, node.dtype)})"
 
     def _partial_lane(self, axis: int, u: int) -> bool:
         """Whether lane u of an axis runs past the axis's end in the last work-group."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tunesearch.graph.dtypes import DType, dtypes
+from tunesearch.graph.kernel import KNode
 from tunesearch.graph.view import View
 from tunesearch.codegen.dialect import Dialect, mask_tests
 
@@ -66,12 +67,31 @@ def masked_read(d: Dialect, view: View, buffer: str, dtype: DType,
     kept = [a for a in masked if a not in guarded]
     if not kept:
         return read
-    test = _all(view, axis_index, holds, kept)
+    return _kept(d, read, _all(view, axis_index, holds, kept), dtype)
+
+
+def gathered_read(d: Dialect, node: KNode, buffer: str, index: str,
+                  axis_index: Callable[[int], str], lane_axes: frozenset[int]) -> str:
+    """The C expression of a gather (graph.kernel.KNode): `buffer` through its view, at its
+    index (the name of a variable) times the gathered axis's stride, 0 where the index lies
+    outside the axis. As for a masked read, the index is clamped into the axis, so the read is
+    in bounds and unconditional, and its value kept or zeroed by the test: a row of an
+    embedding along the vector lanes is then one plain vector load per token."""
+    _, view, stride, size = node.arg
+    clamped = f"({index}<0?0:({index}>{size - 1}?{size - 1}:{index}))"
+    row = f"({buffer}+{clamped}*{stride})" if stride else buffer
+    read = _split_read(view, row, axis_index, lane_axes)
+    return _kept(d, read, f"({index}>=0)&({index}<{size})", node.dtype)
+
+
+def _kept(d: Dialect, read: str, test: str, dtype: DType) -> str:
+    """read where the int test is 1, else 0: through its bits (no branch, no select on a scalar
+    condition, which stop GCC's vectorizer) where the type allows."""
     if dtype is dtypes.float32:
         return f"ts_keep({read},{test})"
     if dtype in (dtypes.int32, dtypes.bool):
         return f"({read}&-({test}))"
-    return f"(({test})?{read}:{zero})"
+    return f"(({test})?{read}:{d.literal(0, dtype)})"
 
 
 def _split_read(view: View, buffer: str, index: Callable[[int], str],

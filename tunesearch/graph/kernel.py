@@ -21,8 +21,10 @@ KERNEL_FORMAT = 1
 
 
 class KNode:
-    """An immutable expression node. op: "load" (arg=(buffer, view)), "const" (arg=(value, view)),
-    a UnaryOps/BinaryOps member, or a ReduceOps member. Structural equality and a cached hash."""
+    """An immutable expression node. op: "load" (arg=(buffer, view)), "gather" (arg=(buffer,
+    view, stride, size), src=(index,): the buffer at view + index * stride where 0 <= index <
+    size, else 0), "const" (arg=(value, view)), a UnaryOps/BinaryOps member, or a ReduceOps
+    member. Structural equality and a cached hash."""
     __slots__ = ("op", "src", "arg", "dtype", "_hash", "_text")
 
     def __init__(self, op, src: tuple, arg: Any, dtype: DType):
@@ -46,6 +48,9 @@ class KNode:
         if self._text is None:
             if self.op == "load":
                 body = f"load(b{self.arg[0]},{self.arg[1].key()})"
+            elif self.op == "gather":
+                buf, view, stride, size = self.arg
+                body = f"gather(b{buf},{view.key()},{stride},{size},{self.src[0].text()})"
             elif self.op == "const":
                 body = f"const({self.arg[0]!r},{self.arg[1].key()})"
             else:
@@ -87,7 +92,8 @@ class Kernel:
     - domain: the full iteration shape, the output axes first, then the `n_reduce` reduce axes
       (every index of it is one evaluation of the expression's inside);
     - expr: the expression tree (`KNode`s): loads of buffers through views of the domain,
-      constants, unary, binary and where ops, and at most one reduce over the reduce axes;
+      gathers (loads at a computed index along one axis), constants, unary, binary and where
+      ops, and at most one reduce over the reduce axes;
     - out_view: how an index of the output axes maps to an offset of buffer 0;
     - buffers: buffer 0 is the output, 1.. the inputs in the order the loads number them.
 
@@ -130,6 +136,10 @@ class Kernel:
     def loads(self) -> list[KNode]:
         return [n for n in self.expr.walk() if n.op == "load"]
 
+    def gathers(self) -> list[KNode]:
+        """The reads at computed positions (never inside the reduce: see graph.schedule)."""
+        return [n for n in self.expr.walk() if n.op == "gather"]
+
     def canonical(self) -> str:
         bufs = ",".join(f"{b.dtype.name}[{b.size}]" for b in self.buffers)
         return (f"kernel/{KERNEL_FORMAT} domain={self.domain} reduce={self.n_reduce} "
@@ -169,6 +179,9 @@ def _count_bytes(kernel: Kernel) -> int:
         box = view.mask or tuple((0, s) for s in view.shape)
         touched = math.prod(hi - lo for (lo, hi), st in zip(box, view.strides) if st != 0)
         read[buf] = min(kernel.buffers[buf].size, read.get(buf, 0) + touched)
+    for node in kernel.gathers():  # a row per index at most, the table at most
+        buf = node.arg[0]
+        read[buf] = min(kernel.buffers[buf].size, read.get(buf, 0) + math.prod(kernel.out_shape))
     for buf, count in read.items():
         total += count * kernel.buffers[buf].dtype.itemsize
     return total

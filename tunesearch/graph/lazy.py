@@ -1,7 +1,8 @@
 """The lazy graph: nodes record operations; nothing runs until a tensor is realized.
 
-Leaves are loads (a buffer, or a node that will be realized into one, read through a view) and
-constants. Movement ops never make nodes of their own: they are pushed down to the leaves and
+Leaves are loads (a buffer, or a node that will be realized into one, read through a view),
+gathers (a load at a position that a computed index picks along one axis: an embedding's rows)
+and constants. Movement ops never make nodes of their own: they are pushed down to the leaves and
 change their views, so `a.T * b` reads `a` through a permuted view inside the same kernel. Where a
 view cannot express the move (padding an op with f(0) != 0, a reshape that no single view
 describes, moving the result of a reduce), the source is marked to be realized and read back.
@@ -25,9 +26,9 @@ PAD_SAFE = {BinaryOps.ADD, BinaryOps.MUL, BinaryOps.MAX, BinaryOps.CMPLT, Binary
 class LazyNode:
     """One node of the lazy graph.
 
-    op is "buffer" (realized data), "load" (src[0] read through the view in arg), "const" (arg is
-    (value, view)), a UnaryOps/BinaryOps member (elementwise), or a ReduceOps member (arg is
-    (axes, out_shape)). Nodes are compared by identity.
+    op is "buffer" (realized data), "load" (src[0] read through the view in arg), "gather" (see
+    `gather`), "const" (arg is (value, view)), a UnaryOps/BinaryOps member (elementwise), or a
+    ReduceOps member (arg is (axes, out_shape)). Nodes are compared by identity.
     """
     __slots__ = ("op", "src", "arg", "shape", "dtype", "device", "realized", "__weakref__")
 
@@ -67,6 +68,17 @@ def buffer_node(buffer: Any, shape: tuple[int, ...], dtype: DType, device: str,
 def load(target: LazyNode, view: Optional[View] = None) -> LazyNode:
     view = view or View.contiguous(target.shape)
     return LazyNode("load", (target,), view, view.shape, target.dtype, target.device)
+
+
+def gather(target: LazyNode, index: LazyNode, view: View, stride: int, size: int) -> LazyNode:
+    """target's buffer read at view(p) + index[p] * stride for every position p of view's shape,
+    where 0 <= index[p] < size, else 0: Gather and GatherElements with computed indices (a
+    token's embedding row): one read per element, whatever the axis's size.
+    index is an int32 node of view's shape; view (no mask) reads the gathered axis at 0."""
+    if view.mask is not None or index.shape != view.shape:
+        raise ValueError("a gather reads through an unmasked view of its index's shape")
+    return LazyNode("gather", (target, index), (view, stride, size), view.shape, target.dtype,
+                    target.device)
 
 
 def const(value, shape: tuple[int, ...], dtype: DType, device: str) -> LazyNode:
@@ -182,6 +194,13 @@ def _move_one(node: LazyNode, op: MovementOps, arg, memo: dict) -> LazyNode:
     if node.op == "load":
         view = move_view(node.arg, op, arg)
         return load(node.src[0], view) if view is not None else _reread(node, op, arg)
+    if node.op == "gather":
+        # the read's view and its index move together; a pad (a mask) realizes it first
+        view = move_view(node.arg[0], op, arg)
+        if view is None or view.mask is not None:
+            return _reread(node, op, arg)
+        index = _move(node.src[1], op, arg, memo)
+        return gather(node.src[0], index, view, *node.arg[1:])
     if node.op == "const":
         view = move_view(node.arg[1], op, arg)
         if view is None:
@@ -224,7 +243,7 @@ def _epilogue_of_reduce(node: LazyNode, memo: dict) -> tuple[bool, bool]:
     if key not in memo:
         if node.op == "load":
             memo[key] = (False, node.src[0].is_reduce and node.src[0].realized is None)
-        elif node.realized is not None or node.op in ("const", "buffer"):
+        elif node.realized is not None or node.op in ("const", "buffer", "gather"):
             memo[key] = (False, False)
         elif node.is_reduce:
             memo[key] = (False, True)

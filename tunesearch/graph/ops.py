@@ -1,4 +1,6 @@
-"""The op set: four families (unary, binary, reduce, movement) plus load and const.
+"""The op set: four families (unary, binary, reduce, movement) plus load and const, and the
+gather: a load at a position that a computed index picks along one axis (an embedding's rows;
+as a one-hot sum it cost the whole axis).
 
 Everything the Tensor offers is built from these and nothing else.
 """

@@ -308,6 +308,16 @@ class _Builder:
                 finally:
                     self.lift = lift
             return self._leaf(node.src[0], node.arg, inner)
+        if node.op == "gather":
+            # inside a reduce its result is read from a buffer of its own: the reduce's
+            # panels, register blocks and matmul layouts are built over plain loads
+            view, stride, size = node.arg
+            moved = None if inner else self.to_domain(view, inner)
+            if moved is None:
+                return self._leaf(node, View.contiguous(node.shape), inner)
+            index = self.build(node.src[1], inner)
+            return KNode("gather", (index,), (self.buffer_index(node.src[0]), moved, stride, size),
+                         node.dtype)
         if node.op == "const":
             value, view = node.arg
             moved = self.to_domain(view, inner)

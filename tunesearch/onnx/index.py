@@ -3,7 +3,8 @@ transformers: GatherElements and GatherND (embedding and token-type lookups, the
 logits), CumSum (position ids from an attention mask) and Trilu (causal masks).
 
 Indices known at import become one flat gather (shape.gather_known: slices where the positions
-form a progression); computed indices become a one-hot comparison and a sum, as Gather's do.
+form a progression); computed indices a read at each computed position (Tensor.gather and
+Tensor.take, the lazy graph's gather), as Gather's do.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import math
 import numpy as np
 
 from tunesearch.onnx.registry import axis_of, register
-from tunesearch.onnx.shape import gather_known, gather_onehot, wrap_negative
+from tunesearch.onnx.shape import gather_known, wrap_negative
 from tunesearch.tensor import Tensor
 
 
@@ -52,20 +53,7 @@ def gather_elements(ctx, data, indices):
         positions = wrap_negative(indices, size).astype(np.int64)
         flat = _elements_flat(data.shape, indices.shape, axis, positions)
         return gather_known(data.reshape(-1), 0, flat.astype(np.int64))
-    ishape = indices.shape
-    # the data each output position could read: the index's extent on every other axis, the
-    # whole axis last, compared against the index one-hot
-    window = data.shrink([(0, size) if i == axis else (0, s) for i, s in enumerate(ishape)])
-    order = [i for i in range(data.ndim) if i != axis] + [axis]
-    moved = window.permute(tuple(order))
-    across = moved.reshape(ishape[:axis] + ishape[axis + 1:] + (size,))
-    across = across.reshape(ishape[:axis] + (1,) + ishape[axis + 1:] + (size,)).expand(
-        ishape + (size,))
-    idx = wrap_negative(indices.int(), size)
-    hot = idx.reshape(ishape + (1,)).eq(Tensor.arange(size, device=data.device)
-                                        .reshape((1,) * len(ishape) + (size,)))
-    zero = 0.0 if data.dtype.is_float else 0
-    return hot.where(across, zero).sum(-1).cast(data.dtype)
+    return data.gather(axis, indices)
 
 
 # ---- GatherND: indices' last axis is a coordinate into data's leading axes
@@ -118,7 +106,7 @@ def gather_nd(ctx, data, indices):
         flat = _nd_flat(indices.astype(np.int64), data.shape, batch, depth, lead)
         return gather_known(rows, 0, np.asarray(flat, np.int64))
     flat = _nd_flat(indices.int(), data.shape, batch, depth, lead)
-    return gather_onehot(rows.materialize(), 0, flat)
+    return rows.take(flat, 0)
 
 
 # ---- CumSum and Trilu

@@ -188,7 +188,7 @@ def gather(ctx, data, indices):
     if isinstance(indices, np.ndarray):
         idx = wrap_negative(indices, data.shape[axis]).astype(np.int64)
         return gather_known(data, axis, idx)
-    return gather_onehot(data.materialize(), axis, indices)
+    return data.take(indices, axis)
 
 
 def _progression(idx: np.ndarray) -> Optional[tuple[int, int]]:
@@ -221,8 +221,7 @@ def gather_known(data: Tensor, axis: int, idx: np.ndarray) -> Tensor:
     if len(flat) <= 32:
         pieces = [data[tuple(before + [slice(int(i), int(i) + 1)])] for i in flat]
         return Tensor.cat(pieces, dim=axis).reshape(out_shape)
-    onehot = Tensor(flat[:, None] == np.arange(data.shape[axis])[None, :], device=data.device)
-    return gather_onehot(data, axis, None, onehot).reshape(out_shape)
+    return data.take(Tensor(flat.astype(np.int32), device=data.device), axis).reshape(out_shape)
 
 
 def _repeats(flat: np.ndarray) -> Optional[tuple[np.ndarray, int]]:
@@ -233,19 +232,3 @@ def _repeats(flat: np.ndarray) -> Optional[tuple[np.ndarray, int]]:
     if len(lengths) and lengths[0] > 1 and np.all(lengths == lengths[0]):
         return flat[bounds[:-1]], int(lengths[0])
     return None
-
-
-def gather_onehot(data: Tensor, axis: int, indices: Optional[Tensor],
-                  onehot: Optional[Tensor] = None) -> Tensor:
-    """data gathered along axis by comparing indices with every position and summing."""
-    dim = data.shape[axis]
-    if onehot is None:
-        idx = wrap_negative(indices.int(), dim)
-        onehot = idx.reshape(idx.shape + (1,)).eq(Tensor.arange(dim, device=data.device)
-                                                  .reshape((1,) * idx.ndim + (dim,)))
-    ishape = onehot.shape[:-1]
-    lead, tail = data.shape[:axis], data.shape[axis + 1:]
-    x = data.reshape(lead + (1,) * len(ishape) + (dim,) + tail)
-    hot = onehot.reshape((1,) * len(lead) + ishape + (dim,) + (1,) * len(tail))
-    picked = hot.where(x, 0 if not data.dtype.is_float else 0.0)
-    return picked.sum(len(lead) + len(ishape)).cast(data.dtype)

@@ -40,6 +40,16 @@ def _strided(flat: np.ndarray, view: View) -> np.ndarray:
                                            tuple(s * item for s in view.strides), writeable=False)
 
 
+def _offsets(view: View) -> np.ndarray:
+    """The buffer offset an unmasked view reads at every index of its shape."""
+    out = np.full((), view.offset, np.int64)
+    for axis, (size, stride) in enumerate(zip(view.shape, view.strides)):
+        if stride:
+            out = out + (np.arange(size, dtype=np.int64) * stride).reshape(
+                [size if a == axis else 1 for a in range(len(view.shape))])
+    return np.broadcast_to(out, view.shape)
+
+
 class _Evaluator:
     def __init__(self, kernel: Kernel, inputs: list[np.ndarray]):
         self.kernel = kernel
@@ -57,6 +67,15 @@ class _Evaluator:
         if node.op == "load":
             index, view = node.arg
             return read_view(self.bufs[index], view, box)
+        if node.op == "gather":
+            index, view, stride, size = node.arg
+            flat = self.bufs[index]
+            at = np.broadcast_to(self.eval(node.src[0], box), shape).astype(np.int64)
+            valid = (at >= 0) & (at < size)
+            base = _offsets(view.shrink(box))
+            picked = flat[base + np.where(valid, at, 0) * stride] if flat.size else \
+                np.zeros(shape, flat.dtype)
+            return np.where(valid, picked, np.zeros((), flat.dtype))
         if node.op == "const":
             value, view = node.arg
             out = np.full(shape, value, node.dtype.np)

@@ -49,6 +49,8 @@ def node_axes(node: KNode, memo: dict[int, frozenset]) -> frozenset:
     if id(node) not in memo:
         if node.op in ("load", "const"):
             memo[id(node)] = frozenset(view_axes(node.arg[1]))
+        elif node.op == "gather":
+            memo[id(node)] = frozenset(view_axes(node.arg[1])) | node_axes(node.src[0], memo)
         else:
             memo[id(node)] = frozenset().union(*(node_axes(s, memo) for s in node.src))
     return memo[id(node)]

@@ -14,7 +14,7 @@ from tunesearch.graph.view import View
 from tunesearch.lowering.windows import window_pads
 from tunesearch.tensor._shapes import shape_arg as _shape_arg
 from tunesearch.tensor._shapes import shape_error as _err
-from tunesearch.tensor.index import getitem
+from tunesearch.tensor.index import gather, getitem, take
 
 if TYPE_CHECKING:
     from tunesearch.tensor.tensor import Tensor
@@ -199,6 +199,16 @@ class MovementMixin:
 
     def __getitem__(self, index) -> "Tensor":
         return getitem(self, index)
+
+    def take(self, index, axis: int = 0) -> "Tensor":
+        """numpy's take: the slices along axis at computed positions (an embedding's rows);
+        see tensor.index.take."""
+        return take(self, index, axis)
+
+    def gather(self, dim: int, index) -> "Tensor":
+        """torch's gather: each element at a computed position along dim; see
+        tensor.index.gather."""
+        return gather(self, dim, index)
 
     # ---- joining
     @staticmethod
