@@ -246,3 +246,46 @@ def test_the_cpu_reads_an_input_in_place_and_lets_go_of_it():
     np.testing.assert_allclose(plan.device.copyout(plan._outs[0][2].realized)[:120],
                                (np.tanh(np.ones((5, 24), np.float32) @ w) + 1).reshape(-1),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_the_cpu_writes_an_output_into_the_array_it_returns():
+    """An output the call's kernels write goes straight into a new array that the call
+    returns (no copy out of the plan's buffer, which it leaves as it was): each call's arrays
+    are its own, a value that is two outputs is two arrays, an output the plan folded when it
+    was built (initializers only) and one computed in place of a reshape still come out
+    right, and a plain launch afterwards writes the plan's buffer again."""
+    w = np.random.default_rng(4).standard_normal((24, 24)).astype(np.float32) / 4
+    c = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Tanh", ["m"], ["y"]),
+             helper.make_node("Identity", ["y"], ["y2"]),
+             helper.make_node("Reshape", ["y", "flat"], ["f"]),
+             helper.make_node("Exp", ["c"], ["k"])]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y2", "f", "k")]
+    graph = helper.make_graph(
+        nodes, "outputs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 24])], outs,
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c"),
+         numpy_helper.from_array(np.array([-1], np.int64), "flat")])
+    model = tox.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                       ir_version=8), device="cpu")
+    plan = model._plan({"x": (5, 24)})
+    rng = np.random.default_rng(0)
+    x1, x2 = (rng.standard_normal((5, 24)).astype(np.float32) for _ in range(2))
+    first = model(x=x1)
+    buffer = plan._outs[0][2].realized
+    buffer.handle[:buffer.size] = -5.0  # the plan's own buffer: no call writes it
+    second = model(x=x2)
+    np.testing.assert_array_equal(buffer.handle[:buffer.size], -5.0)
+    for out, x in ((first, x1), (second, x2)):
+        want = np.tanh(x @ w)
+        np.testing.assert_allclose(out["y"], want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(out["y2"], out["y"])
+        np.testing.assert_array_equal(out["f"], out["y"].reshape(-1))
+        np.testing.assert_allclose(out["k"], np.exp(c), rtol=1e-6)
+    second["y"][:] = 0.0  # one output's array is no other's
+    assert np.abs(second["y2"]).max() > 0 and np.abs(second["f"]).max() > 0
+    fed = plan.input_buffers["x"]  # the call read x2 in place; a launch reads this buffer
+    fed.handle[:fed.size] = x2.reshape(-1)
+    plan.launch()
+    np.testing.assert_allclose(plan.device.copyout(buffer)[:120].reshape(5, 24),
+                               np.tanh(x2 @ w), rtol=1e-5, atol=1e-5)

@@ -68,6 +68,7 @@ class Plan:
                       for dtype, value in zip(out_dtypes, outs)]
         self.steps: list[Step] = []
         self._launch = None
+        self._written: set[int] | None = None  # the buffers the steps write (_fresh_outputs)
         self._keep = {id(r) for r in roots}
 
     def _fold_constants(self, items: list) -> list:
@@ -141,6 +142,7 @@ class Plan:
                     pool.give(node.realized)
         self.steps = steps
         self._launch = None  # bound on the first launch
+        self._written = None
         kernel_run.print_schedule(self.label, [step.kernel for step in steps],
                                   sum(step.choice.tuned for step in steps))
 
@@ -229,11 +231,13 @@ class Plan:
             self.launch()
 
     def run(self, arrays: dict[str, np.ndarray], trace: bool = True) -> list[np.ndarray]:
-        """Copy the inputs in, run every kernel, copy the outputs out (in graph order). An input
-        that no output is, C-contiguous and of its dtype, is read in place where the device's
-        launches can be pointed at it (the CPU's: `rebind`), not copied. With DEBUG=2 and up
-        or GRAPH=1 each kernel is timed and recorded, unless `trace` is False (a timing
-        loop)."""
+        """Copy the inputs in, run every kernel, copy the outputs out (in graph order). Where
+        the device's launches can be pointed at other memory (the CPU's: `rebind`), an input
+        that no output is, C-contiguous and of its dtype, is read in place, not copied, and an
+        output that the call's kernels write is written straight into the array returned (a
+        language model's logits, tokens x vocabulary, are then not copied again). With
+        DEBUG=2 and up or GRAPH=1 each kernel is timed and recorded, unless `trace` is False
+        (a timing loop)."""
         if len(self.steps) != len(self.items):
             self._prepare()
         device = self.device
@@ -241,7 +245,11 @@ class Plan:
         launch = None if traced else self._bound()
         rebind = getattr(launch, "rebind", None)
         rebound = []
+        fresh = self._fresh_outputs() if rebind is not None else {}
         try:
+            for buffer, array in fresh.values():
+                rebind(buffer, array)
+                rebound.append(buffer)
             for name, buffer in self.input_buffers.items():
                 array = self._input(arrays, name)
                 if rebind is not None and name in self._in_place and array.flags.aligned \
@@ -258,14 +266,33 @@ class Plan:
         finally:
             for buffer in rebound:  # nothing keeps the caller's array past the call
                 rebind(buffer)
-        results = []
+        results, taken = [], set()
         for dtype, value, root in self._outs:
             if root is None:
                 array = np.asarray(value)
+            elif id(root.realized) in fresh:  # a second output of a buffer gets a copy
+                array = fresh[id(root.realized)][1][:value.numel()].reshape(value.shape)
+                array = array.copy() if id(root.realized) in taken else array
+                taken.add(id(root.realized))
             else:
                 array = device.copyout(root.realized)[:value.numel()].reshape(value.shape)
             results.append(array.astype(dtype, copy=False))
         return results
+
+    def _fresh_outputs(self) -> dict:
+        """A new array for each output buffer that the call's kernels write whole (not an
+        input, not a constant folded when the plan was built): (buffer, array) by the
+        buffer's id."""
+        if self._written is None:
+            self._written = {id(step.buffers[0]) for step in self.steps}
+        inputs = {id(b) for b in self.input_buffers.values()}
+        fresh = {}
+        for _, _, root in self._outs:
+            buffer = None if root is None else root.realized
+            if buffer is not None and id(buffer) in self._written and id(buffer) not in inputs \
+                    and id(buffer) not in fresh:
+                fresh[id(buffer)] = (buffer, np.empty(buffer.size, buffer.dtype.np))
+        return fresh
 
     def _traced_launch(self, new_call: bool = True) -> None:
         """Run every kernel timed, recording each (see `runtime.kernel_run`); new_call: a

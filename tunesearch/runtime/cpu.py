@@ -175,9 +175,9 @@ class CPUDevice(Device):
             slots.setdefault(buffer.serial, []).append(i)
 
         def rebind(buffer: Buffer, array: np.ndarray | None = None) -> None:
-            """Point the kernels that read `buffer` at `array` (C-contiguous, aligned, its
-            size and dtype) instead, read in place; None points them back at the buffer. A
-            model's input so needs no copy into its buffer."""
+            """Point the kernels that read or write `buffer` at `array` (C-contiguous,
+            aligned, its size and dtype) instead; None points them back at the buffer. A
+            model's input so needs no copy into its buffer, nor its output out of one."""
             address = _address(buffer) if array is None else array.ctypes.data
             for i in slots.get(buffer.serial, ()):
                 args[i] = address
