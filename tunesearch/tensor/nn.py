@@ -3,6 +3,7 @@ convolutions and pools in the form the device's lowering chooses (tunesearch.low
 from __future__ import annotations
 
 from tunesearch.errors import ShapeError
+from tunesearch.runtime.device import get_device
 from tunesearch.lowering import (average_pool, convolution, local_response_norm,
                                  materialize_as_stored, max_pool)
 
@@ -33,6 +34,11 @@ class NNMixin:
     def softmax(self, axis: int = -1):
         shifted = self - self.max(axis, keepdim=True)
         e = shifted.exp()
+        if get_device(self.device).space_family == "cpu":
+            # a CPU's exp is a dozen vector instructions, more than a pass over the result in
+            # cache: written once, the sum and the division read it rather than each computing
+            # it (a GPU's exp is one instruction, the extra pass through memory would cost more)
+            e = e.materialize()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: int = -1):
