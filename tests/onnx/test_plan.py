@@ -261,7 +261,8 @@ def test_the_cpu_writes_an_output_into_the_array_it_returns():
              helper.make_node("Identity", ["y"], ["y2"]),
              helper.make_node("Reshape", ["y", "flat"], ["f"]),
              helper.make_node("Exp", ["c"], ["k"])]
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y2", "f", "k")]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+            for n in ("y", "y2", "f", "k")]
     graph = helper.make_graph(
         nodes, "outputs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 24])], outs,
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c"),

@@ -3,9 +3,9 @@ convolutions and pools in the form the device's lowering chooses (tunesearch.low
 from __future__ import annotations
 
 from tunesearch.errors import ShapeError
-from tunesearch.runtime.device import get_device
 from tunesearch.lowering import (average_pool, convolution, local_response_norm,
                                  materialize_as_stored, max_pool)
+from tunesearch.runtime.device import get_device
 
 
 def _pair(value, n: int = 2) -> tuple[int, ...]:
