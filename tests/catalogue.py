@@ -54,6 +54,7 @@ def _cases():
     yield "take_middle_axis", _r(5, 30, 6).take(ids.reshape(21)[:4], 1)
     yield "gather_elements", _r(9, 13).gather(1, ids.reshape(21)[:18].reshape(9, 2) % 13)
     yield "embedding_layernorm", (_r(40, 24).take(ids, 0) * 2.0).layernorm()
+    yield "reduce_then_gather", _r(3, 7, 24).sum(2) + _r(40, seed=1).take(ids, 0)
     ints = Tensor(np.arange(-20, 40, dtype=np.int32).reshape(6, 10), device="reference")
     yield "int_mod_div_where", ((ints % 7) + (ints // 3)).maximum(ints * 2).where(ints, 1) \
         if False else (ints > 3).where(ints % 7, ints // 3)
