@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from tunesearch import Tensor
@@ -42,6 +43,23 @@ def test_constants_fold_to_one_kernel():
         x = x + i
     assert kernels(x) == 1
     assert x.numpy().tolist() == [10.0]
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "layernorm"])
+def test_a_normalization_after_a_matmul_computes_the_matmul_once(op):
+    """Its input is read by the max (or mean) and by the work after it: written once, not
+    fused again into a second kernel as that kernel's reduce (it was, before)."""
+    a, b = rand(16, 40), rand(40, 24)
+    out = getattr((a @ b).relu(), op)(1) if op != "layernorm" else (a @ b).relu().layernorm()
+    items = create_schedule([out.node])
+    assert sum(item.kernel.domain == (16, 24, 40) for item in items) == 1
+    z = np.maximum(a.numpy() @ b.numpy(), 0)
+    shifted = z - z.max(1, keepdims=True)
+    want = {"softmax": np.exp(shifted) / np.exp(shifted).sum(1, keepdims=True),
+            "log_softmax": shifted - np.log(np.exp(shifted).sum(1, keepdims=True)),
+            "layernorm": (z - z.mean(1, keepdims=True)) / np.sqrt(z.var(1, keepdims=True)
+                                                                + 1e-5)}[op]
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
 def test_kernel_counts_of_composite_ops():
@@ -142,6 +160,7 @@ def test_realized_results_are_reused():
 
 KEY_SCRIPT = """
 import numpy as np
+import pytest
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 a = Tensor(np.ones((12, 7), np.float32)); b = Tensor(np.ones((7, 5), np.float32))
@@ -164,6 +183,7 @@ def test_flops_and_bytes():
 
 DEBUG_SCRIPT = """
 import numpy as np
+import pytest
 from tunesearch import Tensor
 x = Tensor(np.random.rand(32, 48).astype(np.float32))
 print(x.softmax(1).numpy().sum())

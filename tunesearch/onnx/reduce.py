@@ -110,8 +110,9 @@ register("ArgMin")(_arg_reduce(False))
 
 def _softmax(log: bool):
     def run(ctx, x):
-        x = ctx.tensor(x).materialize()
+        x = ctx.tensor(x)
         if ctx.opset < 13:  # older opsets flatten to 2-D around the axis
+            x = x.materialize()  # written in its own shape, read flat
             axis = axis_of(ctx.attr("axis", 1), x.ndim)
             flat = x.reshape(math.prod(x.shape[:axis]), -1)
             out = flat.log_softmax(1) if log else flat.softmax(1)

@@ -32,7 +32,10 @@ class NNMixin:
     __slots__ = ()
 
     def softmax(self, axis: int = -1):
-        shifted = self - self.max(axis, keepdim=True)
+        # its input written once: the max and the exp read it (a matrix product's result
+        # would otherwise be computed again in the exp's kernel)
+        x = self.materialize()
+        shifted = x - x.max(axis, keepdim=True)
         e = shifted.exp()
         if get_device(self.device).space_family == "cpu":
             # a CPU's exp is a dozen vector instructions, more than a pass over the result in
@@ -42,7 +45,8 @@ class NNMixin:
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: int = -1):
-        shifted = self - self.max(axis, keepdim=True)
+        x = self.materialize()  # as for softmax
+        shifted = x - x.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
     def linear(self, weight, bias=None):
@@ -100,7 +104,8 @@ class NNMixin:
 
     def layernorm(self, axis=-1, eps: float = 1e-5, weight=None, bias=None):
         axes = tuple(range(axis % self.ndim, self.ndim)) if isinstance(axis, int) else axis
-        x = self - self.mean(axes, keepdim=True)
+        src = self.materialize()  # as for softmax: read by three kernels, computed once
+        x = src - src.mean(axes, keepdim=True)
         x = x * ((x * x).mean(axes, keepdim=True) + eps).rsqrt()
         if weight is not None:
             x = x * weight
