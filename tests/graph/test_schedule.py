@@ -160,7 +160,6 @@ def test_realized_results_are_reused():
 
 KEY_SCRIPT = """
 import numpy as np
-import pytest
 from tunesearch import Tensor
 from tunesearch.graph.schedule import create_schedule
 a = Tensor(np.ones((12, 7), np.float32)); b = Tensor(np.ones((7, 5), np.float32))
@@ -183,7 +182,6 @@ def test_flops_and_bytes():
 
 DEBUG_SCRIPT = """
 import numpy as np
-import pytest
 from tunesearch import Tensor
 x = Tensor(np.random.rand(32, 48).astype(np.float32))
 print(x.softmax(1).numpy().sum())
