@@ -68,7 +68,7 @@ class Plan:
                       for dtype, value in zip(out_dtypes, outs)]
         self.steps: list[Step] = []
         self._launch = None
-        self._written: set[int] | None = None  # the buffers the steps write (_fresh_outputs)
+        self._rebound_outs: list | None = None  # see _fresh_outputs
         self._keep = {id(r) for r in roots}
 
     def _fold_constants(self, items: list) -> list:
@@ -142,7 +142,7 @@ class Plan:
                     pool.give(node.realized)
         self.steps = steps
         self._launch = None  # bound on the first launch
-        self._written = None
+        self._rebound_outs = None
         kernel_run.print_schedule(self.label, [step.kernel for step in steps],
                                   sum(step.choice.tuned for step in steps))
 
@@ -282,17 +282,14 @@ class Plan:
     def _fresh_outputs(self) -> dict:
         """A new array for each output buffer that the call's kernels write whole (not an
         input, not a constant folded when the plan was built): (buffer, array) by the
-        buffer's id."""
-        if self._written is None:
-            self._written = {id(step.buffers[0]) for step in self.steps}
-        inputs = {id(b) for b in self.input_buffers.values()}
-        fresh = {}
-        for _, _, root in self._outs:
-            buffer = None if root is None else root.realized
-            if buffer is not None and id(buffer) in self._written and id(buffer) not in inputs \
-                    and id(buffer) not in fresh:
-                fresh[id(buffer)] = (buffer, np.empty(buffer.size, buffer.dtype.np))
-        return fresh
+        buffer's id. Which buffers those are is found once per prepared plan."""
+        if self._rebound_outs is None:
+            written = {id(step.buffers[0]) for step in self.steps}
+            inputs = {id(b) for b in self.input_buffers.values()}
+            buffers = {id(root.realized): root.realized for _, _, root in self._outs
+                       if root is not None and id(root.realized) in written}
+            self._rebound_outs = [b for key, b in buffers.items() if key not in inputs]
+        return {id(b): (b, np.empty(b.size, b.dtype.np)) for b in self._rebound_outs}
 
     def _traced_launch(self, new_call: bool = True) -> None:
         """Run every kernel timed, recording each (see `runtime.kernel_run`); new_call: a
