@@ -62,6 +62,32 @@ def test_a_normalization_after_a_matmul_computes_the_matmul_once(op):
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_reduce_is_computed_by_one_kernel():
+    """A reduce that one kernel reads written out and another would fuse (or that two kernels
+    would fuse) is written once and read by both: hand-written code gets what the front end's
+    softmax gets."""
+    a, b = rand(16, 40), rand(40, 24)
+    matmul = lambda items: sum(item.kernel.domain == (16, 24, 40) for item in items)
+    z = a @ b
+    shifted = z - z.max(1, keepdim=True)
+    items = create_schedule([shifted.node])
+    assert matmul(items) == 1 and len(items) == 3
+    want = a.numpy() @ b.numpy()
+    np.testing.assert_allclose(shifted.numpy(), want - want.max(1, keepdims=True),
+                               rtol=1e-5, atol=1e-5)
+    # two outputs, each fusing the matmul before: the matmul once, each output reads it
+    z = a @ b
+    relu, sigmoid = z.relu(), z.sigmoid()
+    items = create_schedule([relu.node, sigmoid.node])
+    assert matmul(items) == 1 and len(items) == 3
+    np.testing.assert_allclose(relu.numpy(), np.maximum(want, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sigmoid.numpy(), 1 / (1 + np.exp(-want)), rtol=1e-5, atol=1e-5)
+    # the matmul and its epilogue asked for together: the epilogue reads what the matmul wrote
+    z = a @ b
+    items = create_schedule([z.node, (z * 2 + 1).node])
+    assert matmul(items) == 1 and len(items) == 2
+
+
 def test_kernel_counts_of_composite_ops():
     x = rand(4, 33)
     # the max, the exp written once, its sum, the division

@@ -3,7 +3,8 @@
 A kernel is rooted at a node to realize. Elementwise work fuses freely; the one reduce that the
 root reaches through elementwise ops becomes the kernel's reduce, so work before and after it fuses
 too. Everything else the kernel reads (realized buffers, other reduces, nodes the lazy graph marked
-for realization) is an input, scheduled before it.
+for realization) is an input, scheduled before it. A reduce is computed by one kernel: one that two kernels would
+compute (one reads it written out, the other fuses it) is written out and read by both.
 
 A concatenation (a sum of padded pieces that tile one axis), and elementwise work on one, is
 not a kernel of its own: each piece is a kernel that writes its slice of the one output buffer,
@@ -49,8 +50,25 @@ def backing_node(node: LazyNode) -> LazyNode | None:
 
 
 def create_schedule(roots: list[LazyNode]) -> list[ScheduleItem]:
-    """Kernels that realize every root, dependencies first."""
+    """Kernels that realize every root, dependencies first.
+
+    A reduce is computed by one kernel: where a kernel would fuse a reduce that another kernel
+    also computes (its own kernel, because something reads it written out, or a second kernel
+    that fuses it too: `z - z.max()` with z a matmul), the kernels that fused it read it
+    written out instead, and the schedule is built again."""
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
+    written: set[int] = set()
+    while True:
+        items = _schedule(roots, frozenset(written))
+        twice = _computed_twice(items, frozenset(written))
+        if not twice:
+            return _fuse_permuted_reduces(items, roots)
+        written |= twice
+
+
+def _schedule(roots: list[LazyNode], written: frozenset[int]) -> list[ScheduleItem]:
+    """create_schedule's kernels, with the reduces in written (ids) read as buffers by every
+    kernel but their own."""
     items: list[ScheduleItem] = []
     scheduled: set[int] = set()
 
@@ -58,9 +76,9 @@ def create_schedule(roots: list[LazyNode]) -> list[ScheduleItem]:
         if node.realized is not None or id(node) in scheduled:
             return
         scheduled.add(id(node))
-        pieces = concat_pieces(node)
+        pieces = concat_pieces(node, written)
         if pieces is None:
-            kernel, inputs = build_kernel(node)
+            kernel, inputs = build_kernel(node, written=written)
             pieces = [(None, kernel, inputs)]
         for piece, kernel, inputs in pieces:
             for dep in inputs:
@@ -70,7 +88,17 @@ def create_schedule(roots: list[LazyNode]) -> list[ScheduleItem]:
     for root in roots:
         target = backing_node(root)
         visit(target if target is not None else root)
-    return _fuse_permuted_reduces(items, roots)
+    return items
+
+
+def _computed_twice(items: list[ScheduleItem], written: frozenset[int]) -> set[int]:
+    """The reduces (ids) that more than one of items computes."""
+    count: dict[int, int] = {}
+    for item in items:
+        reduce = item.root if item.root.is_reduce else fused_reduce(item.root, written)
+        if reduce is not None:
+            count[id(reduce)] = count.get(id(reduce), 0) + 1
+    return {key for key, n in count.items() if n > 1}
 
 
 def _fuse_permuted_reduces(items: list[ScheduleItem], roots: list[LazyNode]
@@ -103,7 +131,7 @@ def _fuse_permuted_reduces(items: list[ScheduleItem], roots: list[LazyNode]
     return [fused.get(id(item), item) for item in items if id(item.out) not in dropped]
 
 
-def concat_pieces(root: LazyNode
+def concat_pieces(root: LazyNode, written: frozenset[int] = frozenset()
                   ) -> list[tuple[tuple[LazyNode, View], Kernel, list[LazyNode]]] | None:
     """Where root is elementwise work on a concatenation (a concatenation is a sum of pieces
     read through views padded to ranges of one axis): the ranges of its masked reads on that
@@ -127,7 +155,7 @@ def concat_pieces(root: LazyNode
         box = tuple((lo, hi) if a == axis else (0, s) for a, s in enumerate(root.shape))
         piece = _without_zero_reads(movement(root, MovementOps.SHRINK, box), {})
         dest = whole.shrink(box)
-        built = build_kernel(piece, dest=(dest, root.numel))
+        built = build_kernel(piece, dest=(dest, root.numel), written=written)
         if built is None:
             return None
         out.append(((piece, dest), *built))
@@ -223,8 +251,9 @@ def stored_order(node: LazyNode) -> tuple[int, ...] | None:
     return max(found, key=lambda f: f[0])[1] if found else None
 
 
-def fused_reduce(root: LazyNode) -> LazyNode | None:
-    """The first unrealized reduce reachable from root through elementwise ops only."""
+def fused_reduce(root: LazyNode, written: frozenset[int] = frozenset()) -> LazyNode | None:
+    """The first unrealized reduce reachable from root through elementwise ops only, other
+    than those in written (ids: reduces read as buffers, unless root is one)."""
     stack, seen = [root], set()
     while stack:
         node = stack.pop()
@@ -232,7 +261,9 @@ def fused_reduce(root: LazyNode) -> LazyNode | None:
             continue
         seen.add(id(node))
         if node.is_reduce:
-            return node
+            if node is root or id(node) not in written:
+                return node
+            continue
         if node.is_elementwise:
             stack.extend(reversed(node.src))
     return None
@@ -243,9 +274,10 @@ class _NoLift(Exception):
 
 
 class _Builder:
-    def __init__(self, root: LazyNode, lift: LazyNode | None = None):
+    def __init__(self, root: LazyNode, lift: LazyNode | None = None,
+                 written: frozenset[int] = frozenset()):
         self.root = root
-        self.reduce = fused_reduce(root) if lift is None else lift
+        self.reduce = fused_reduce(root, written) if lift is None else lift
         # with a lifted reduce, the nodes from the root down to its reads have the root's
         # shape: their views are moved onto the reduce's shape through the permutation
         self.lift: tuple[View, tuple[int, ...]] | None = None
@@ -336,14 +368,15 @@ class _Builder:
 
 
 def build_kernel(root: LazyNode, lift: LazyNode | None = None,
-                 dest: tuple[View, int] | None = None
+                 dest: tuple[View, int] | None = None, written: frozenset[int] = frozenset()
                  ) -> tuple[Kernel, list[LazyNode]] | None:
-    """The kernel that realizes root, and the nodes it reads (buffers 1..n). With lift (a
+    """The kernel that realizes root, and the nodes it reads (buffers 1..n); the reduces in
+    written (ids) are read as buffers, not fused (unless root is one). With lift (a
     reduce that root reads through a permutation of its axes only), the kernel fuses that
     reduce, or None where root reads it otherwise too. With dest (a view of root's shape into
     a larger contiguous buffer, and that buffer's size: a slice of a concatenation), the
     kernel writes there, or None where the kernel's domain cannot take that view."""
-    builder = _Builder(root, lift)
+    builder = _Builder(root, lift, written)
     if lift is not None:
         views = {n.arg for n in _reads_of(root, lift)}
         order = permutation_of(next(iter(views)), lift.shape) if len(views) == 1 else None

@@ -81,7 +81,7 @@ def batch_norm(ctx, x, scale, bias, mean, var):
     shape = _channel_shape(x)
     if ctx.attr("training_mode", 0):
         axes = (0,) + tuple(range(2, x.ndim))
-        normalized, _, _ = _normalize(x, axes, eps)
+        normalized, _, _ = x.normalized(axes, eps)
         return normalized * ctx.tensor(scale).reshape(shape) + ctx.tensor(bias).reshape(shape)
     if all(isinstance(v, np.ndarray) for v in (scale, bias, mean, var)):
         a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
@@ -92,26 +92,19 @@ def batch_norm(ctx, x, scale, bias, mean, var):
     return (x - mean) * ((var + eps).rsqrt() * scale) + bias
 
 
-def _normalize(x: Tensor, axes: tuple[int, ...], eps: float):
-    mean = x.mean(axes, keepdim=True)
-    centered = x - mean
-    inv = ((centered * centered).mean(axes, keepdim=True) + eps).rsqrt()
-    return centered * inv, mean, inv
-
-
 @register("InstanceNormalization")
 def instance_norm(ctx, x, scale, bias):
-    x = ctx.tensor(x).materialize()
-    y, _, _ = _normalize(x, tuple(range(2, x.ndim)), ctx.attr("epsilon", 1e-5))
+    x = ctx.tensor(x)
+    y, _, _ = x.normalized(tuple(range(2, x.ndim)), ctx.attr("epsilon", 1e-5))
     shape = _channel_shape(x)
     return y * ctx.tensor(scale).reshape(shape) + ctx.tensor(bias).reshape(shape)
 
 
 @register("LayerNormalization")
 def layer_norm(ctx, x, scale, bias=None):
-    x = ctx.tensor(x).materialize()
+    x = ctx.tensor(x)
     axis = axis_of(ctx.attr("axis", -1), x.ndim)
-    y, mean, inv = _normalize(x, tuple(range(axis, x.ndim)), ctx.attr("epsilon", 1e-5))
+    y, mean, inv = x.normalized(tuple(range(axis, x.ndim)), ctx.attr("epsilon", 1e-5))
     y = y * ctx.tensor(scale)
     if bias is not None:
         y = y + ctx.tensor(bias)
@@ -123,7 +116,7 @@ def group_norm(ctx, x, scale, bias):
     x = ctx.tensor(x).materialize()
     groups, channels = ctx.attr("num_groups"), x.shape[1]
     grouped = x.reshape(x.shape[0], groups, -1)
-    y, _, _ = _normalize(grouped, (2,), ctx.attr("epsilon", 1e-5))
+    y, _, _ = grouped.normalized((2,), ctx.attr("epsilon", 1e-5))
     y = y.reshape(x.shape)
     per_channel = []
     for v in (scale, bias):

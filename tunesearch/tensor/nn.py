@@ -32,8 +32,9 @@ class NNMixin:
     __slots__ = ()
 
     def softmax(self, axis: int = -1):
-        # its input written once: the max and the exp read it (a matrix product's result
-        # would otherwise be computed again in the exp's kernel)
+        # its input written once, with the work that made it: the max and the exp read it
+        # (the scheduler computes a reduce once anyway, but a scale and a mask applied to a
+        # matrix product would run in both kernels, reading the mask twice)
         x = self.materialize()
         shifted = x - x.max(axis, keepdim=True)
         e = shifted.exp()
@@ -104,12 +105,20 @@ class NNMixin:
 
     def layernorm(self, axis=-1, eps: float = 1e-5, weight=None, bias=None):
         axes = tuple(range(axis % self.ndim, self.ndim)) if isinstance(axis, int) else axis
-        src = self.materialize()  # as for softmax: read by three kernels, computed once
-        x = src - src.mean(axes, keepdim=True)
-        x = x * ((x * x).mean(axes, keepdim=True) + eps).rsqrt()
+        x = self.normalized(axes, eps)[0]
         if weight is not None:
             x = x * weight
         return x + bias if bias is not None else x
+
+    def normalized(self, axes: tuple[int, ...], eps: float = 1e-5):
+        """(self - mean) / sqrt(var + eps) over axes, with the mean and 1 / sqrt(var + eps)
+        (ONNX's LayerNormalization returns both). The input is written once, as for softmax:
+        the mean, the variance and the result read it."""
+        src = self.materialize()
+        mean = src.mean(axes, keepdim=True)
+        centered = src - mean
+        inv = ((centered * centered).mean(axes, keepdim=True) + eps).rsqrt()
+        return centered * inv, mean, inv
 
     def group_norm(self, groups: int, weight=None, bias=None, eps: float = 1e-5):
         bs, c = self.shape[:2]
