@@ -96,7 +96,9 @@ def test_row_blocks_outermost_fill_the_whole_panel_ahead():
     entry = _entry(program.source.text)
     whole = -(-N // 48) * 48 * K
     assert f"scratch(0, {whole}*sizeof(float))" in entry
-    assert entry.index(f"pk{b_side}[") < entry.index(f"for (int b{row} = 0;")
+    # (the block loops run as one flat loop: each block's index is taken from it)
+    assert entry.index(f"pk{b_side}[") < entry.index("for (long it_ = 0;") < \
+        entry.index(f"const int b{row} = (int)(it_")
     out = DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
     program([out] + [node.realized for node in item.inputs])
     np.testing.assert_allclose(DEVICE.copyout(out).reshape(M, N), want, rtol=1e-4, atol=1e-4)

@@ -17,7 +17,7 @@ import math
 
 from tunesearch.codegen.c_kernel import CKernel
 from tunesearch.codegen.panels import pack_loop
-from tunesearch.codegen.parallel import shared_loop
+from tunesearch.codegen.parallel import flat_indices, shared_loop
 
 
 def entry_function(ck: CKernel, dispatch: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
@@ -68,22 +68,35 @@ def k_tile_loop(ck: CKernel, body: list[str]) -> list[str]:
 
 
 def block_loops(ck: CKernel, dispatch: list[str]) -> list[str]:
-    """The loops over the blocks in the configured order around a block's calls."""
+    """The loops over the blocks in the configured order around a block's calls; with a reduce,
+    one loop over a flat index, whose range the threads share by its first `parallel` axes.
+    Nested block loops around a register block that needs every vector register lead GCC to
+    leave the column vectors in memory, an operand of each row's FMA (AVX2's 4x24 block: four
+    loads of each vector a step where one would do, a third slower); over one flat loop it
+    keeps them in registers. Blocks without a reduce are a few loads and stores each (a
+    window's three taps), where a division per block would cost more than it: their loops
+    stay nested."""
     nest: list[str] = []
-    if ck.parallel and ck.n_out:
-        nest.append(shared_loop(ck.threads, ck.parallel))
+    flat = ck.reduce_node is not None
+    shared = ck.parallel if ck.n_out else 0
     rest = ck.order
     # (scratch slot, buffer, element type, one block's panel size) of each streamed panel
     streamed_buffers = [(slot, i, ck.d.type_name(p.dtype), p.size // p.blocks[0])
                         for slot, (i, p) in enumerate(ck.packs.items()) if i in ck.streamed]
     group = 1
     if ck.streamed:
+        if shared:  # the threads share the outer loop, which fills the streamed panels
+            nest.append(shared_loop(ck.threads, shared))
+            shared = 0
         group = min(ck.config.get("cblock", 1), ck.nblocks[ck.order[0]])
         nest += streamed_outer_loop(ck, streamed_buffers, group)
         rest = ck.order[1:]
-    for a in rest:
-        nest.append(f"for (int b{a} = 0; b{a} < {ck.nblocks[a]}; b{a}++)")
-    nest.append("{")
+    if shared:
+        # parallel.py runs these loops as one flat loop, a range of the first `shared` per call
+        nest.append(shared_loop(ck.threads, shared, len(rest) - shared if flat else 0))
+        nest += block_loop_heads(ck, rest, False)
+    else:
+        nest += block_loop_heads(ck, rest, flat)
     nest += [f"  const int o{a} = b{a}*{ck.upcast[a]};" for a in range(ck.n_out)]
     nest += ["  " + line for line in dispatch]
     nest.append("}")
@@ -93,6 +106,16 @@ def block_loops(ck: CKernel, dispatch: list[str]) -> list[str]:
             f"  scratch_done({slot}, pk{i}{grouped}, {group * size}*sizeof({tname}));"
             for slot, i, tname, size in streamed_buffers] + ["}"]
     return nest
+
+
+def block_loop_heads(ck: CKernel, axes, flat: bool) -> list[str]:
+    """The loops over the blocks of axes (the first outermost), opened: nested, or (flat) one
+    loop over a flat index."""
+    if not flat or len(axes) < 2:
+        return [f"for (int b{a} = 0; b{a} < {ck.nblocks[a]}; b{a}++)" for a in axes] + ["{"]
+    counts = [ck.nblocks[a] for a in axes]
+    return [f"for (long it_ = 0; it_ < {math.prod(counts)}; it_++)", "{"] + \
+        flat_indices([f"b{a}" for a in axes], counts)
 
 
 def streamed_outer_loop(ck: CKernel, streamed_buffers: list[tuple[int, int, str, int]],

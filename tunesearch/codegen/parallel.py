@@ -15,14 +15,31 @@ import re
 DECLARATION = "void ts_parallel(long n, int threads, void (*body)(void*, long, long), void* ctx);\n"
 
 PRAGMA = re.compile(r"^(\s*)#pragma omp parallel for(?: collapse\((\d+)\))? "
-                    r"num_threads\((\d+)\) schedule\(static\)\s*$")
+                    r"num_threads\((\d+)\) schedule\(static\)(?: /\* flat (\d+) \*/)?\s*$")
 
 
-def shared_loop(threads: int, collapse: int = 1) -> str:
+def shared_loop(threads: int, collapse: int = 1, flat: int = 0) -> str:
     """The line that heads a loop shared over `threads` (its first `collapse` loops as one),
-    as the renderer writes it and outline_parallel_loops reads it."""
+    as the renderer writes it and outline_parallel_loops reads it. flat: the number of loops
+    nested right inside them that run in the same flat loop as they do (block loops: see
+    codegen/c_entry.block_loops), each shared iteration a range of it."""
     return (f"#pragma omp parallel for{f' collapse({collapse})' if collapse > 1 else ''} "
-            f"num_threads({threads}) schedule(static)")
+            f"num_threads({threads}) schedule(static)" + (f" /* flat {flat} */" if flat else ""))
+
+
+def flat_indices(names: list[str], bounds: list[int], indent: str = "  ") -> list[str]:
+    """The declarations of the indices of nested loops (names, their counts, outermost first)
+    taken from one flat index it_ over all of them."""
+    lines = []
+    for j, var in enumerate(names):
+        inner = math.prod(bounds[j + 1:])
+        flat = f"it_ / {inner}" if inner > 1 else "it_"
+        if bounds[j] == 1:
+            lines.append(f"{indent}const int {var} = 0;")
+        else:
+            lines.append(f"{indent}const int {var} = (int)({flat}" +
+                         (f" % {bounds[j]});" if j > 0 else ");"))
+    return lines
 LOOP = re.compile(r"^\s*for \(int (\w+) = 0; \1 < ([^;]+); \1\+\+\)\s*(\{)?\s*$")
 BARE_LOOP = re.compile(r"^\s*for \(.*\)\s*$")
 
@@ -60,16 +77,17 @@ def outline_parallel_loops(lines: list[str], name: str, captures: list[tuple[str
             i += 1
             continue
         indent, collapse, threads = pragma.group(1), int(pragma.group(2) or 1), pragma.group(3)
-        heads = [LOOP.match(line) for line in lines[i + 1:i + 1 + collapse]]
-        assert all(heads), lines[i:i + 1 + collapse]
+        loops = collapse + int(pragma.group(4) or 0)
+        heads = [LOOP.match(line) for line in lines[i + 1:i + 1 + loops]]
+        assert all(heads), lines[i:i + 1 + loops]
         opened = heads[-1].group(3) is not None
-        end = _statement_end(lines, i + 1 + collapse, opened)
+        end = _statement_end(lines, i + 1 + loops, opened)
         fn = f"{name}_loop{count}"
         count += 1
         bounds = [h.group(2).strip() for h in heads]
-        functions += _loop_function(fn, heads, bounds, lines[i + 1 + collapse:end], opened,
-                                    fields, captures)
-        total = "*".join(f"(long)({b})" for b in bounds)
+        functions += _loop_function(fn, heads, bounds, lines[i + 1 + loops:end], opened,
+                                    fields, captures, collapse)
+        total = "*".join(f"(long)({b})" for b in bounds[:collapse])
         out.append(f"{indent}{{ struct {fn}_ctx ctx_ = {{{values}}}; "
                    f"ts_parallel({total}, {threads}, {fn}, &ctx_); }}")
         i = end
@@ -77,9 +95,10 @@ def outline_parallel_loops(lines: list[str], name: str, captures: list[tuple[str
 
 
 def _loop_function(fn: str, heads, bounds: list[str], body: list[str], opened: bool,
-                   fields: str, captures: list[tuple[str, str]]) -> list[str]:
+                   fields: str, captures: list[tuple[str, str]], shared: int) -> list[str]:
     """A loop's function: its context struct, the captured variables, the range of flat
-    iterations and each loop's index in it, around the loop's body."""
+    iterations and each loop's index in it, around the loop's body. The range handed out
+    counts iterations of the first `shared` loops; the loops after them run inside each."""
     names = [h.group(1) for h in heads]
     unpack = [f"  {decl} {var} = ctx_->{var};" for decl, var in captures]
     head = [f"struct {fn}_ctx {{{fields} }};",
@@ -91,14 +110,11 @@ def _loop_function(fn: str, heads, bounds: list[str], body: list[str], opened: b
                        + (" {" if opened else "")] + body + ["}", ""]
     # collapsed loops: one flat index over their counts, the renderer's constants
     assert all(b.isdigit() for b in bounds), bounds
-    index = []
-    for j, var in enumerate(names):
-        inner = math.prod(int(b) for b in bounds[j + 1:])
-        flat = f"it_ / {inner}" if inner > 1 else "it_"
-        index.append(f"    const int {var} = (int)({flat}" +
-                     (f" % {bounds[j]});" if j > 0 else ");"))
-    return (head + ["  for (long it_ = lo_; it_ < hi_; it_++) {"] + index
+    inside = math.prod(int(b) for b in bounds[shared:])
+    scale = f" * {inside}" if inside > 1 else ""
+    index = flat_indices(names, [int(b) for b in bounds], "    ")
+    return (head + [f"  for (long it_ = lo_{scale}; it_ < hi_{scale}; it_++) {{"] + index
             + (["    {"] if opened else []) + ["  " + line for line in body] + ["  }", "}", ""])
 
 
-__all__ = ["DECLARATION", "outline_parallel_loops", "shared_loop"]
+__all__ = ["DECLARATION", "flat_indices", "outline_parallel_loops", "shared_loop"]
