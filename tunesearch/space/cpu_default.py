@@ -187,11 +187,27 @@ def output_order(kernel: Kernel) -> tuple[int, ...]:
 
 def default_order(kernel: Kernel, blocks: list[int], first: int | None,
                   last: int | None = None) -> tuple[int, ...]:
-    """`first` outermost if given, then the axes with the most blocks (the outermost is the
-    one shared over the threads), `last` innermost of them if given; axes of size 1 last,
-    where their one iteration is free."""
+    """The batch axes of a reduce outermost (those along which every operand of the reduce
+    moves: groups of a grouped convolution, heads of attention; blocks of two batches share
+    no data, so one batch's blocks run together while its operands are in cache), then
+    `first` if given, then the axes with the most blocks (the outermost is the one shared over
+    the threads), `last` innermost of them if given; axes of size 1 last, where their one
+    iteration is free."""
     domain = kernel.domain
+    batch = _batch_axes(kernel)
     trivial = [a for a in range(kernel.n_out) if domain[a] == 1]
     real = sorted((a for a in range(kernel.n_out) if domain[a] > 1),
-                  key=lambda a: (a == last, a != first, -blocks[a]))
+                  key=lambda a: (a == last, a not in batch, a != first, -blocks[a]))
     return tuple(real + trivial)
+
+
+def _batch_axes(kernel: Kernel) -> set[int]:
+    """The output axes of a matmul-like kernel along which every load that the reduce steps
+    through moves. Not a depthwise convolution's channels (no operand is shared across its
+    positions: its channels are its vector lanes, contiguous, and stay inside)."""
+    n_out, domain = kernel.n_out, kernel.domain
+    if gemm_axes(kernel) is None:
+        return set()
+    reads = [n.arg[1] for n in kernel.loads()
+             if any(n.arg[1].strides[a] for a in range(n_out, len(domain)))]
+    return {a for a in range(n_out) if domain[a] > 1 and all(v.strides[a] for v in reads)}
