@@ -1,10 +1,10 @@
 """Parallel loops of a C kernel handed to the CPU's thread pool (runtime/cpu_pool.py).
 
 The renderer writes a shared loop as OpenMP would read it (`shared_loop`: `#pragma omp parallel
-for` with its collapse and thread count, then the loop). Here each such loop becomes a function of a range of its
-(collapsed) iterations and a context struct of the variables it reads, and the loop becomes a
-call of `ts_parallel`: the pool's caller runs whatever no worker has claimed, which an OpenMP
-team cannot (its closing barrier waits for a thread the system has descheduled).
+for` with its collapse and thread count, then the loop). Here each such loop becomes a function
+of a range of its (collapsed) iterations and a context struct of the variables it reads, and the
+loop becomes a call of `ts_parallel`: the pool's caller runs whatever no worker has claimed,
+which an OpenMP team cannot (its closing barrier waits for a thread the system has descheduled).
 """
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ def flat_indices(names: list[str], bounds: list[int], indent: str = "  ") -> lis
             lines.append(f"{indent}const int {var} = (int)({flat}" +
                          (f" % {bounds[j]});" if j > 0 else ");"))
     return lines
+
+
 LOOP = re.compile(r"^\s*for \(int (\w+) = 0; \1 < ([^;]+); \1\+\+\)\s*(\{)?\s*$")
 BARE_LOOP = re.compile(r"^\s*for \(.*\)\s*$")
 

@@ -3,8 +3,9 @@
 A kernel is rooted at a node to realize. Elementwise work fuses freely; the one reduce that the
 root reaches through elementwise ops becomes the kernel's reduce, so work before and after it fuses
 too. Everything else the kernel reads (realized buffers, other reduces, nodes the lazy graph marked
-for realization) is an input, scheduled before it. A reduce is computed by one kernel: one that two kernels would
-compute (one reads it written out, the other fuses it) is written out and read by both.
+for realization) is an input, scheduled before it. A reduce is computed by one kernel: one that two
+kernels would compute (one reads it written out, the other fuses it) is written out and read by
+both.
 
 A concatenation (a sum of padded pieces that tile one axis), and elementwise work on one, is
 not a kernel of its own: each piece is a kernel that writes its slice of the one output buffer,

@@ -203,8 +203,8 @@ def default_order(kernel: Kernel, blocks: list[int], first: int | None,
 
 def _batch_axes(kernel: Kernel) -> set[int]:
     """The output axes of a matmul-like kernel along which every load that the reduce steps
-    through moves. Not a depthwise convolution's channels (no operand is shared across its
-    positions: its channels are its vector lanes, contiguous, and stay inside)."""
+    through moves. Not a depthwise convolution's channels: it is no matmul (its weights move
+    along the channels only), and its channels are its vector lanes, which stay inside."""
     n_out, domain = kernel.n_out, kernel.domain
     if gemm_axes(kernel) is None:
         return set()
