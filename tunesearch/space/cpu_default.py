@@ -14,7 +14,7 @@ from tunesearch.space import cpu_model
 from tunesearch.space.config import Config
 from tunesearch.space.cpu_matmul import (UpcastChoices, matmul_layout, reads_windows,
                                          register_blocks)
-from tunesearch.space.kernel_shape import gemm_axes, interior_ranges
+from tunesearch.space.kernel_shape import batch_axes, gemm_axes, interior_ranges
 from tunesearch.space.target import Target
 
 
@@ -194,20 +194,9 @@ def default_order(kernel: Kernel, blocks: list[int], first: int | None,
     the threads), `last` innermost of them if given; axes of size 1 last, where their one
     iteration is free."""
     domain = kernel.domain
-    batch = _batch_axes(kernel)
+    batch = batch_axes(kernel)
     trivial = [a for a in range(kernel.n_out) if domain[a] == 1]
     real = sorted((a for a in range(kernel.n_out) if domain[a] > 1),
                   key=lambda a: (a == last, a not in batch, a != first, -blocks[a]))
     return tuple(real + trivial)
 
-
-def _batch_axes(kernel: Kernel) -> set[int]:
-    """The output axes of a matmul-like kernel along which every load that the reduce steps
-    through moves. Not a depthwise convolution's channels: it is no matmul (its weights move
-    along the channels only), and its channels are its vector lanes, which stay inside."""
-    n_out, domain = kernel.n_out, kernel.domain
-    if gemm_axes(kernel) is None:
-        return set()
-    reads = [n.arg[1] for n in kernel.loads()
-             if any(n.arg[1].strides[a] for a in range(n_out, len(domain)))]
-    return {a for a in range(n_out) if domain[a] > 1 and all(v.strides[a] for v in reads)}

@@ -1,9 +1,10 @@
 """What a kernel is, as far as the CPU space cares: a matmul at heart (its row and column axes,
-and which operand is the column side), which of its loads can be staged in panels, and where its
+and which operand is the column side; its batch axes), which of its loads can be staged in panels, and where its
 output axes lie inside every pad's mask."""
 from __future__ import annotations
 
 from tunesearch.graph.kernel import Kernel
+from tunesearch.graph.view import View
 
 
 def packable(kernel: Kernel) -> tuple[int, ...]:
@@ -30,13 +31,31 @@ def subsets(items: tuple[int, ...]) -> list[tuple[int, ...]]:
     return out
 
 
+def reduce_reads(kernel: Kernel) -> list[tuple[int, View]]:
+    """(buffer, view) of each load that steps through the reduce."""
+    n_out, domain = kernel.n_out, kernel.domain
+    return [(n.arg[0], n.arg[1]) for n in kernel.loads()
+            if any(n.arg[1].strides[a] for a in range(n_out, len(domain)))]
+
+
+def batch_axes(kernel: Kernel) -> set[int]:
+    """The output axes of a matmul-like kernel (gemm_axes) along which every load that steps
+    through the reduce moves: groups of a grouped convolution, heads of attention. Not a
+    depthwise convolution's channels: it is no matmul (its weights move along the channels
+    only), and its channels are its vector lanes."""
+    if gemm_axes(kernel) is None:
+        return set()
+    views = [view for _, view in reduce_reads(kernel)]
+    return {a for a in range(kernel.n_out)
+            if kernel.domain[a] > 1 and all(v.strides[a] for v in views)}
+
+
 def gemm_axes(kernel: Kernel) -> tuple[int, int, int] | None:
     """(row axis, column axis, buffer of the column side) where the kernel is a matmul at
     heart: two loads read along the reduce, one varying along output axes the other does not.
     The column axis is one its load reads contiguously where there is one (the vector lanes)."""
     n_out, domain = kernel.n_out, kernel.domain
-    reads = [(n.arg[0], n.arg[1]) for n in kernel.loads()
-             if any(n.arg[1].strides[a] for a in range(n_out, len(domain)))]
+    reads = reduce_reads(kernel)
     own: dict[int, list[int]] = {}
     for axis in range(n_out):
         if domain[axis] == 1:
