@@ -1,6 +1,6 @@
 """What a kernel is, as far as the CPU space cares: a matmul at heart (its row and column axes,
-and which operand is the column side; its batch axes), which of its loads can be staged in panels, and where its
-output axes lie inside every pad's mask."""
+which operand is the column side, its batch axes), which of its loads can be staged in panels,
+and where its output axes lie inside every pad's mask."""
 from __future__ import annotations
 
 from tunesearch.graph.kernel import Kernel
