@@ -17,7 +17,7 @@ from tunesearch.space.target import Cache, Target
 LEVELS = {
     "avx512": Target("cpu", threads=2, vector_bytes=64, vector_registers=32, isa="avx512"),
     "avx2": Target("cpu", threads=2, vector_bytes=32, vector_registers=16, isa="avx2"),
-    "sse4": Target("cpu", threads=1, vector_bytes=16, vector_registers=16, fma_latency=7,
+    "sse4": Target("cpu", threads=1, vector_bytes=16, vector_registers=16, fma_latency=7, fma=False,
                    isa="sse4"),
 }
 KERNELS = catalogue()

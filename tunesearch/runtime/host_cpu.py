@@ -279,7 +279,7 @@ def target_for(family: str, level: IsaLevel, threads: int, fork_join_s: float = 
     # cores; without FMA a multiply and a dependent add take about 7 cycles
     return Target(family, threads=threads, vector_bytes=level.vector_bytes,
                   vector_registers=level.vector_registers, fma_units=2,
-                  fma_latency=4 if level.fma else 7, isa=level.name,
+                  fma_latency=4 if level.fma else 7, fma=level.fma, isa=level.name,
                   l1d=found.get(1, defaults.l1d), l2=found.get(2, defaults.l2),
                   l3=found.get(3, defaults.l3), cores=physical_cores(), ghz=clock_ghz(),
                   fork_join_s=fork_join_s)

@@ -51,9 +51,10 @@ class RegisterBlock:
         return self.columns_used or self.vectors * self.lanes
 
 
-def registers_needed(rows: int, vectors: int, windows: bool = False) -> int:
+def registers_needed(rows: int, vectors: int, windows: bool = False, fma: bool = True) -> int:
     """Vector registers a rows x vectors block holds live in its inner loop: the accumulators,
-    the column vectors, and one for the broadcast. Each row's value is broadcast straight
+    the column vectors, one for the broadcast, and without FMA one for the product (SSE's
+    multiply overwrites an operand, so the product goes to a temporary before its add). Each row's value is broadcast straight
     from memory (a broadcast with a memory operand), packed panel or not, into the same
     architectural register: the core renames it at every broadcast, so one row's FMAs never
     wait on the next row's load (GCC emits AVX2's 4x24 block in exactly 16 registers, 12
@@ -63,7 +64,7 @@ def registers_needed(rows: int, vectors: int, windows: bool = False) -> int:
     short unrolled steps, each loading new vectors shifted by an element, and with no register
     to spare GCC folds those loads into the FMAs: one load per FMA instead of one per vector
     (docs/defaults.md). Such a block keeps one register spare."""
-    return rows * vectors + vectors + (2 if windows else 1)
+    return rows * vectors + vectors + (2 if windows else 1) + (0 if fma else 1)
 
 
 def register_block(target: Target, itemsize: int = 4, rows_max: int = MAX_BLOCK_ROWS,
@@ -92,7 +93,7 @@ def register_block(target: Target, itemsize: int = 4, rows_max: int = MAX_BLOCK_
     for r in rows:
         for c in columns:
             vectors = -(-c // lanes)
-            if registers_needed(r, vectors, tail_vectors) > target.vector_registers:
+            if registers_needed(r, vectors, tail_vectors, target.fma) > target.vector_registers:
                 continue
             loads = r + vectors
             if reduce is not None and not fits(target.l1d, reduce * c * itemsize):
@@ -114,7 +115,7 @@ def blocks_that_fit(target: Target, rows, vectors, itemsize: int = 4) -> list[tu
     file: what a sweep of the space should cover."""
     lanes = target.lanes(itemsize)
     return [(r, v * lanes) for r in rows for v in vectors
-            if registers_needed(r, v) <= target.vector_registers]
+            if registers_needed(r, v, fma=target.fma) <= target.vector_registers]
 
 
 def useful_accumulators(block: RegisterBlock, rows: int) -> float:
@@ -296,7 +297,7 @@ def shared_rows(target: Target) -> tuple[int, int]:
     depthwise convolution over 56x56x144 1.5x faster (docs/defaults.md)."""
     vectors = 2
     busy = target.fma_units * target.fma_latency
-    room = (target.vector_registers - vectors - 1) // vectors
+    room = (target.vector_registers - vectors - (1 if target.fma else 2)) // vectors
     return max(1, min(-(-busy // vectors), room)), vectors
 
 

@@ -208,7 +208,8 @@ class CPUSpace(Space):
 
         def spills() -> bool:
             vectors = -(-upcast[col] // lanes)
-            return cpu_model.registers_needed(upcast[row], vectors, self._reads_windows) > \
+            return cpu_model.registers_needed(upcast[row], vectors, self._reads_windows,
+                                              self.target.fma) > \
                 self.target.vector_registers
         while spills():
             a = row if upcast[row] > 1 and (upcast[row] >= -(-upcast[col] // lanes)

@@ -27,6 +27,7 @@ class Target:
     vector_registers: int = 16  # CPU: SIMD registers the compiler may allocate
     fma_units: int = 2          # CPU: vector FMA pipes per core
     fma_latency: int = 4        # CPU: cycles before an FMA's result can feed the next
+    fma: bool = True            # CPU: fused multiply-add (else a multiply into a temporary, an add)
     isa: str = ""               # CPU: ISA level the code is generated for (avx512, avx2, sse4...)
     l1d: Cache = Cache(32 << 10, 8)
     l2: Cache = Cache(512 << 10, 8)
