@@ -142,12 +142,27 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
             cpu_model.elementwise_block(target, itemsize)
         upcast[last] = domain[last] if domain[last] < target.lanes(itemsize) else \
             max(u for u in (1, 2, 4, 8, 16, 32, 64) if u <= min(domain[last], width))
+        before = lane_axes[-2] if len(lane_axes) > 1 else None
+        fill = cpu_model.elementwise_block(target, itemsize) // domain[last]
+        if domain[last] < target.lanes(itemsize) and before is not None and \
+                domain[before] >= fill and _gathers_along(loads, last, before):
+            # a short last axis that every read gathers (an image's 3 channels laid out
+            # last, read from channels first): the block takes runs of it along the axis
+            # the reads run along, so that one call of the block handles about an
+            # elementwise block and whole lines of its reads, not 3 elements (docs/defaults.md)
+            upcast[before] = max(u for u in (1, 2, 4, 8, 16, 32, 64) if u <= fill)
     if kernel.n_reduce:
         order = default_order(kernel, register_blocks(kernel, upcast), first, last_axis)
     else:
         order = output_order(kernel)
     return dict(upcast=tuple(upcast), order=order, split=split, unroll=unroll, ktile=ktile,
                 pack=pack, cblock=cblock, group_tile=group_tile)
+
+
+def _gathers_along(loads, last: int, before: int) -> bool:
+    """Whether no read is contiguous along `last` and some read is along `before`."""
+    return not any(abs(v.strides[last]) == 1 for v in loads) and \
+        any(abs(v.strides[before]) == 1 for v in loads)
 
 
 def _shared_across(kernel: Kernel, last: int) -> int | None:
