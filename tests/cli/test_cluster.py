@@ -120,7 +120,10 @@ def test_a_model_tuned_on_a_ray_cluster_runs_with_every_kernel_tuned(tmp_path):
     assert shell.returncode == 0, err[-3000:]
     tuned, ran, status = (json.loads((tmp_path / name).read_text())
                           for name in ("tune.json", "run.json", "status.json"))
-    assert {r["status"] for r in tuned["results"]} == {"tuned"}
+    # a winner that ran slower inside the model than its default is stored as the default
+    # ("kept default": a timing, which a busy test machine can decide either way); both are
+    # a stored result the run reads
+    assert {r["status"] for r in tuned["results"]} <= {"tuned", "kept default"}
     assert ran["kernels_tuned"] == ran["kernels"] == tuned["kernels"]
     # stored under the key of the node that measured them: this machine's, here
     [device] = status["devices"]
