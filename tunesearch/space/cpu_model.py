@@ -54,15 +54,15 @@ class RegisterBlock:
 def registers_needed(rows: int, vectors: int, windows: bool = False, fma: bool = True) -> int:
     """Vector registers a rows x vectors block holds live in its inner loop: the accumulators,
     the column vectors, one for the broadcast, and without FMA one for the product (SSE's
-    multiply overwrites an operand, so the product goes to a temporary before its add). Each row's value is broadcast straight
-    from memory (a broadcast with a memory operand), packed panel or not, into the same
-    architectural register: the core renames it at every broadcast, so one row's FMAs never
-    wait on the next row's load (GCC emits AVX2's 4x24 block in exactly 16 registers, 12
-    accumulators, 3 column vectors and the broadcast, with nothing spilled).
+    multiply overwrites an operand, so the product goes to a temporary before its add). Each
+    row's value is broadcast straight from memory (a broadcast with a memory operand), packed
+    panel or not, into the same architectural register: the core renames it at every broadcast,
+    so one row's FMAs never wait on the next row's load (GCC emits AVX2's 4x24 block in exactly
+    16 registers, 12 accumulators, 3 column vectors and the broadcast, with nothing spilled).
 
-    windows: the column vectors are a convolution's windows read in place. Its taps are
-    short unrolled steps, each loading new vectors shifted by an element, and with no register
-    to spare GCC folds those loads into the FMAs: one load per FMA instead of one per vector
+    windows: the column vectors are a convolution's windows read in place. Its taps are short
+    unrolled steps, each loading new vectors shifted by an element, and with no register to
+    spare GCC folds those loads into the FMAs: one load per FMA instead of one per vector
     (docs/defaults.md). Such a block keeps one register spare."""
     return rows * vectors + vectors + (2 if windows else 1) + (0 if fma else 1)
 
