@@ -17,6 +17,8 @@ from tunesearch.space.cpu_matmul import (UpcastChoices, matmul_layout, reads_win
 from tunesearch.space.kernel_shape import batch_axes, gemm_axes, interior_ranges
 from tunesearch.space.target import Target
 
+POWERS = (1, 2, 4, 8, 16, 32, 64)  # an elementwise block's sizes along an axis
+
 
 def default_config(kernel: Kernel, target: Target, upcast_choices: UpcastChoices,
                    constants: frozenset[int] = frozenset()) -> Config:
@@ -138,19 +140,19 @@ def default_layout(kernel: Kernel, target: Target, upcast_choices: UpcastChoices
         # where a view masks the vector axis (a pad), one vector a block: the blocks that
         # lie inside the mask run unmasked (kernel_shape.interior_ranges), all but the edges.
         # An axis shorter than a vector is one block whole, no tail
-        width = target.lanes(itemsize) if last in interior_ranges(kernel) else \
-            cpu_model.elementwise_block(target, itemsize)
+        block = cpu_model.elementwise_block(target, itemsize)
+        width = target.lanes(itemsize) if last in interior_ranges(kernel) else block
         upcast[last] = domain[last] if domain[last] < target.lanes(itemsize) else \
-            max(u for u in (1, 2, 4, 8, 16, 32, 64) if u <= min(domain[last], width))
+            max(u for u in POWERS if u <= min(domain[last], width))
         before = lane_axes[-2] if len(lane_axes) > 1 else None
-        fill = cpu_model.elementwise_block(target, itemsize) // domain[last]
+        fill = block // domain[last]  # runs of the last axis an elementwise block holds
         if domain[last] < target.lanes(itemsize) and before is not None and \
                 domain[before] >= fill and _gathers_along(loads, last, before):
             # a short last axis that every read gathers (an image's 3 channels laid out
             # last, read from channels first): the block takes runs of it along the axis
             # the reads run along, so that one call of the block handles about an
             # elementwise block and whole lines of its reads, not 3 elements (docs/defaults.md)
-            upcast[before] = max(u for u in (1, 2, 4, 8, 16, 32, 64) if u <= fill)
+            upcast[before] = max(u for u in POWERS if u <= fill)
     if kernel.n_reduce:
         order = default_order(kernel, register_blocks(kernel, upcast), first, last_axis)
     else:
@@ -214,4 +216,3 @@ def default_order(kernel: Kernel, blocks: list[int], first: int | None,
     real = sorted((a for a in range(kernel.n_out) if domain[a] > 1),
                   key=lambda a: (a == last, a not in batch, a != first, -blocks[a]))
     return tuple(real + trivial)
-

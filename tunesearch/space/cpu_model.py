@@ -297,7 +297,7 @@ def shared_rows(target: Target) -> tuple[int, int]:
     depthwise convolution over 56x56x144 1.5x faster (docs/defaults.md)."""
     vectors = 2
     busy = target.fma_units * target.fma_latency
-    room = (target.vector_registers - vectors - (1 if target.fma else 2)) // vectors
+    room = (target.vector_registers - registers_needed(0, vectors, fma=target.fma)) // vectors
     return max(1, min(-(-busy // vectors), room)), vectors
 
 
