@@ -10,8 +10,10 @@ It holds at every ISA level this CPU runs and under both tunings the device may 
 the one -march=native gives where the compiler knows the CPU, and the one the device picks
 where it does not (the level's -march and the newest core of the vendor the compiler knows:
 GCC 12 on Zen 5 resolves -march=native to "generic" tuning, which spilled the 3x3 block). The
-unknown CPU is emulated by the compiler's answer ("generic"); the flags, the kernel and its
-assembly are real. x86 and GCC only (the assembly is read); the output against onnxruntime."""
+unknown CPU is emulated by the compiler's answer ("generic"), the one GCC 12 gives on a CPU it
+does not know (test_unknown_cpu.py runs its driver on one under qemu); the flags, the kernel
+and its assembly are real. x86 and GCC only (the assembly is read); the output against
+onnxruntime."""
 from __future__ import annotations
 
 import platform

@@ -17,7 +17,9 @@ The model (registers and width by level, two FMA pipes, caches from sysfs) has b
 against these x86 machines, each with its own figures in docs/benchmarks/: Intel Xeon of the
 Sapphire Rapids generation (AVX-512, L1d 48 KiB, L2 2 MiB), AMD Zen 3 (AVX2 + FMA, L1d 32 KiB,
 L2 512 KiB), Zen 4 (AVX-512 on 256-bit pipes, L1d 32 KiB, L2 1 MiB) and Zen 5 (AVX-512 on
-512-bit pipes, L1d 48 KiB, L2 1 MiB). GCC 12 does not know Zen 5: see compile_flags.
+512-bit pipes, L1d 48 KiB, L2 1 MiB). GCC 12 does not know Zen 5: see compile_flags. A CPU
+the compiler does not know is checked under qemu's emulation of one (tests/runtime/
+test_unknown_cpu.py, scripts/unknown_cpu.sh).
 """
 from __future__ import annotations
 
