@@ -48,7 +48,7 @@ if [[ $STAGES == *2* ]]; then
     }
     mkdir -p "$EMU/no-vendors"
     for VENDORS in "" "$EMU/no-vendors"; do
-        echo "== 2: OpenCL on the emulated CPU, ${VENDORS:+PoCL's pip build alone}${VENDORS:-every installed platform}"
+        echo "== 2: OpenCL on the emulated CPU, ${VENDORS:+the pip build of PoCL alone}${VENDORS:-every installed platform}"
         emulated -m tunesearch devices | grep -A1 '^opencl'
         emulated -m pytest -q -rs -n "${TEST_WORKERS:-auto}" --maxprocesses 4 --dist loadfile $TESTS
     done

@@ -25,7 +25,21 @@ import pytest
 from tunesearch.runtime import host_cpu
 
 QEMU = shutil.which("qemu-x86_64")
-GCC = shutil.which("gcc")
+
+
+def _gcc_binary() -> str | None:
+    """GCC's driver itself (qemu runs binaries, not a script that wraps one)."""
+    for found in (shutil.which("gcc"), "/usr/bin/gcc"):
+        try:
+            with open(found or "", "rb") as file:
+                if file.read(4) == b"\x7fELF":
+                    return os.path.realpath(found)
+        except OSError:
+            continue
+    return None
+
+
+GCC = _gcc_binary()
 # Intel's family 19 with the features QEMU emulates (AVX2 and FMA, no AVX-512)
 UNKNOWN_CPU = "max,vendor=GenuineIntel,family=19,model=1"
 

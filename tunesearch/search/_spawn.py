@@ -6,7 +6,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
-import threading
+from multiprocessing import resource_tracker
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -21,13 +21,14 @@ def machine_cores() -> int:
 
 @contextlib.contextmanager
 def children_ignore_ctrl_c():
-    """Start processes with Ctrl-C ignored from their first instruction (an ignored signal
-    stays ignored across exec, and Python keeps it so), not only once they run our code."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Start processes with Ctrl-C held off from their first instruction, not only once they
+    run our code (which ignores it): the starting thread blocks SIGINT, and a child keeps that
+    mask across exec. The tuner keeps its handler meanwhile, so a Ctrl-C that comes while a
+    child starts is delivered when the block ends; ignoring it here would lose it. The
+    resource tracker starts first: starting it unblocks SIGINT (the same guard, bpo-33613)."""
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
