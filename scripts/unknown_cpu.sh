@@ -25,7 +25,7 @@ echo "the compiler's driver on the emulated CPU: -march=native is $("$EMU/bin/gc
 
 if [[ $STAGES == *1* ]]; then
     echo "== 1: the suite, the compiler's driver on the emulated CPU"
-    PATH="$EMU/bin:$PATH" bash scripts/test.sh
+    PATH="$EMU/bin:$PATH" bash scripts/test.sh || FAILED=1
 fi
 
 if [[ $STAGES == *2* ]]; then
@@ -48,8 +48,12 @@ if [[ $STAGES == *2* ]]; then
     }
     mkdir -p "$EMU/no-vendors"
     for VENDORS in "" "$EMU/no-vendors"; do
-        echo "== 2: OpenCL on the emulated CPU, ${VENDORS:+the pip build of PoCL alone}${VENDORS:-every installed platform}"
+        if [ -n "$VENDORS" ]; then PLATFORMS="the pip build of PoCL alone"
+        else PLATFORMS="every installed platform"; fi
+        echo "== 2: OpenCL on the emulated CPU, $PLATFORMS"
         emulated -m tunesearch devices | grep -A1 '^opencl'
-        emulated -m pytest -q -rs -n "${TEST_WORKERS:-auto}" --maxprocesses 4 --dist loadfile $TESTS
+        emulated -m pytest -q -rs -n "${TEST_WORKERS:-auto}" --maxprocesses 4 --dist loadfile \
+            $TESTS || FAILED=1
     done
 fi
+exit "${FAILED:-0}"
