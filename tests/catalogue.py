@@ -40,6 +40,8 @@ def _cases():
     # pieces of a concatenation: kernels that write one slice of their output buffer
     yield "concat_pieces", Tensor.cat([_r(16, 7), (_r(16, 24) @ _r(24, 40, seed=1)).relu(),
                                        _r(16, 5, seed=3).exp()], dim=1)
+    # a padded matmul: the matmul writes the interior of the padded buffer, constants its border
+    yield "pad_pieces", (_r(16, 24) @ _r(24, 40, seed=1) + 1).relu().pad(((1, 2), (0, 3)), 0.5)
     yield "conv2d_stride_pad", _r(2, 3, 9, 9).conv2d(_r(4, 3, 3, 3, seed=1), stride=2, padding=1)
     yield "conv2d_groups", _r(1, 4, 8, 8).conv2d(_r(6, 2, 3, 3, seed=1), groups=2, padding=1)
     yield "conv2d_windows", _windows_conv(_r(1, 5, 7, 9), _r(6, 5, 3, 3, seed=1))

@@ -159,6 +159,34 @@ def test_elementwise_work_on_a_concatenation_runs_in_its_pieces():
     np.testing.assert_allclose(t.numpy(), expect, rtol=1e-5, atol=1e-5)
 
 
+def test_a_padded_reduce_is_computed_into_its_padded_buffer():
+    """A matmul with its epilogue padded on both axes (a convolution's output padded for the
+    pool or the convolution after it): the matmul writes the padded buffer's interior, and
+    kernels that read nothing its border; no kernel copies the matmul's result."""
+    a, b = rand(6, 9), rand(9, 7)
+    t = (a @ b + 1).relu().pad(((1, 2), (0, 3)), -np.inf)
+    items = create_schedule([t.node])
+    assert all(item.out is t.node and item.piece is not None for item in items)
+    (inner,) = [item for item in items if item.kernel.reduce is not None]
+    assert inner.kernel.buffers[0].size == 9 * 10 and inner.kernel.out_view.offset == 10
+    borders = [item.kernel for item in items if item is not inner]
+    assert len(borders) == 3 and all(len(kernel.buffers) == 1 for kernel in borders)
+    expect = np.pad(np.maximum(a.numpy() @ b.numpy() + 1, 0), ((1, 2), (0, 3)),
+                    constant_values=-np.inf)
+    np.testing.assert_allclose(t.numpy(), expect, rtol=1e-5, atol=1e-5)
+
+
+def test_a_padded_reduce_that_cannot_fill_the_interior_is_copied_once():
+    """The matmul's rows are two axes of the padded value (a pointwise convolution's flattened
+    positions): no single view of the padded buffer takes them, so one kernel pads a copy."""
+    a, b = rand(12, 5), rand(5, 6)
+    t = (a @ b).reshape(3, 4, 6).pad(((1, 1), (1, 1), (0, 0)))
+    items = create_schedule([t.node])
+    assert len(items) == 2 and not any(item.piece for item in items)
+    expect = np.pad((a.numpy() @ b.numpy()).reshape(3, 4, 6), ((1, 1), (1, 1), (0, 0)))
+    np.testing.assert_allclose(t.numpy(), expect, rtol=1e-5, atol=1e-5)
+
+
 def test_a_sum_of_overlapping_pads_is_not_a_concatenation():
     a = rand(4, 5)
     t = a.pad(((0, 2), (0, 0))) + a.pad(((1, 1), (0, 0)))

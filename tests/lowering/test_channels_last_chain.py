@@ -45,6 +45,17 @@ def _reduces(kernels) -> list:
     return [kernel for kernel in kernels if kernel.n_reduce]
 
 
+def _copies(kernels) -> list:
+    """The kernels without a reduce that read a buffer (a padded copy, a layout change)."""
+    return [kernel for kernel in kernels if not kernel.n_reduce and len(kernel.buffers) > 1]
+
+
+def _borders(kernels) -> list:
+    """The kernels that read nothing: a padded buffer's border, around what its producer
+    wrote in place."""
+    return [kernel for kernel in kernels if len(kernel.buffers) == 1]
+
+
 def _reads(node, found=None) -> list:
     """The (buffer index, view) of every load under a kernel's expression."""
     found = [] if found is None else found
@@ -128,9 +139,10 @@ def test_a_value_left_channels_first_keeps_the_pointwise_matmul_over_positions()
     ("MaxPool", dict(kernel_shape=[1, 3], strides=[1, 3]))])
 def test_a_pool_of_a_channels_last_value_runs_along_the_channels(op, attrs):
     """A pool of a value stored channels last reads its windows channels last (from the
-    value itself where the windows need no padding, else from a padded copy that moves no
-    data between layouts): its lanes are the channels, and its result is stored channels
-    last, which the pointwise convolution after it reads as it lies."""
+    value itself where the windows need no padding, else from its padded buffer, channels last
+    too, whose interior the convolution writes with its epilogue and whose border kernels of
+    their own fill): its lanes are the channels, and its result is stored channels last, which
+    the pointwise convolution after it reads as it lies. No copy but the input's."""
     width, inits = _first_width(), []
     kh, kw = attrs["kernel_shape"]
     pads = attrs.get("pads", [0] * 4)
@@ -145,8 +157,9 @@ def test_a_pool_of_a_channels_last_value_runs_along_the_channels(op, attrs):
     assert all(view.strides[pool.n_out - 1] == 1 for _, view in _reads(pool.expr)
                if view.strides[pool.n_out - 1])
     assert pointwise.domain == (1, 1, out[0] * out[1], 24, MID)
-    copies = [kernel for kernel in kernels if not kernel.n_reduce]
-    assert len(copies) == 1 + any(pads), [kernel.name for kernel in kernels]
+    assert len(_copies(kernels)) == 1, [kernel.name for kernel in kernels]
+    assert bool(_borders(kernels)) == any(pads), [kernel.name for kernel in kernels]
+    assert (conv.buffers[0].size > 2 * width * MID) == any(pads)
 
 
 def test_a_pool_of_a_channels_first_value_keeps_its_lanes_along_a_row():
@@ -183,14 +196,16 @@ def test_a_strided_convolution_of_three_channels_reads_a_channels_last_copy():
 
 def test_a_convolution_of_a_channels_last_value_reads_a_channels_last_copy():
     """A 3x3 convolution of a value stored channels last, with few output channels over rows
-    it would read in place channels first: its padded copy channels last too (a copy that
-    moves no data between layouts), then the reduce over it."""
+    it would read in place channels first: its padded input channels last too, written in
+    place by the convolution before it (its interior) and by kernels of the border (no copy
+    moves data between layouts), then the reduce over it."""
     width, inits = _first_width(), []
     proto = _chain([_conv("d", "r", MID, 32, 3, inits, pads=[1] * 4),
                     helper.make_node("Relu", ["d"], ["y"])], 32, (2, width), inits)
     kernels = kernels_matching_onnxruntime(proto, 8)
-    copies = [kernel for kernel in kernels if not kernel.n_reduce]
-    assert [copy.domain[-1] for copy in copies] == [CIN, MID]
+    assert [copy.domain[-1] for copy in _copies(kernels)] == [CIN]
+    assert _reduces(kernels)[0].buffers[0].size == (2 + 2) * (width + 2) * MID
+    assert {border.domain[-1] for border in _borders(kernels)} == {MID}
     assert _reduces(kernels)[-1].domain == (1, 1, 2, width, 32, 3, 3 * MID)
 
 

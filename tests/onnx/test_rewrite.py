@@ -101,10 +101,11 @@ def test_residual_block_adds_and_activates_in_the_second_conv():
     width = _in_place_width(16)
     model = _check(_model(nodes, inits, [1, 16, 10, width], [1, 16, 10, width]))
     assert model.rewrites == {"BatchNormalization into Conv": 2}
-    kinds = [item.kernel.name[0] for item in model.schedule()]
-    # per conv: padded copy, the conv reading its windows with its epilogue (the residual add
-    # and the relu in the second one's)
-    assert kinds == ["E", "r", "E", "r"]
+    # the model's input copied padded; the first conv writes the second's padded input in
+    # place (kernels of its border read nothing); each conv reads its windows with its
+    # epilogue (the residual add and the relu in the second one's)
+    kinds = [item.kernel.name[0] for item in model.schedule() if len(item.kernel.buffers) > 1]
+    assert kinds == ["E", "r", "r"]
 
 
 @pytest.mark.parametrize("shape", [(), (1,), (12, 1, 1), (1, 12, 1, 1)])

@@ -79,6 +79,8 @@ def _schedule(roots: list[LazyNode], written: frozenset[int]) -> list[ScheduleIt
         scheduled.add(id(node))
         pieces = concat_pieces(node, written)
         if pieces is None:
+            pieces = pad_pieces(node, written)
+        if pieces is None:
             kernel, inputs = build_kernel(node, written=written)
             pieces = [(None, kernel, inputs)]
         for piece, kernel, inputs in pieces:
@@ -161,6 +163,70 @@ def concat_pieces(root: LazyNode, written: frozenset[int] = frozenset()
             return None
         out.append(((piece, dest), *built))
     return out
+
+
+def pad_pieces(root: LazyNode, written: frozenset[int] = frozenset()
+               ) -> list[tuple[tuple[LazyNode, View], Kernel, list[LazyNode]]] | None:
+    """Where root is elementwise work on a padded reduce (every masked read under it masked to
+    one box, on any number of axes, and one of them a read of a reduce not yet computed: a
+    convolution's output padded for the pool or the convolution after it): the box and the
+    border around it as pieces, as concat_pieces gives them. The box's piece reads the reduce
+    in order, so the reduce can be computed into the padded buffer's interior
+    (_fuse_permuted_reduces) instead of being written and copied; the border's pieces read
+    nothing (their reads are masked everywhere there). None for any other node."""
+    if not root.is_elementwise or root.realized is not None:
+        return None
+    boxes = _masked_boxes(root)
+    if boxes is None or len(boxes) != 1:
+        return None
+    (box, padded), = boxes.items()
+    full = tuple((0, size) for size in root.shape)
+    if padded is None or box == full:
+        return None
+    boxes_out, rest = [], list(full)
+    for axis, (lo, hi) in enumerate(box):  # slabs before and after the box, axis by axis
+        size = root.shape[axis]
+        for span in ((0, lo), (hi, size)):
+            if span[0] < span[1]:
+                boxes_out.append(tuple(rest[:axis]) + (span,) + tuple(rest[axis + 1:]))
+        rest[axis] = (lo, hi)
+    boxes_out.insert(0, tuple(rest))
+    out, whole = [], View.contiguous(root.shape)
+    for piece_box in boxes_out:
+        piece = _without_zero_reads(movement(root, MovementOps.SHRINK, piece_box), {})
+        dest = whole.shrink(piece_box)
+        if not out and build_kernel(piece, lift=padded, dest=(dest, root.numel)) is None:
+            return None  # the reduce cannot be computed into the box (a flattened axis)
+        built = build_kernel(piece, dest=(dest, root.numel), written=written)
+        if built is None:
+            return None
+        out.append(((piece, dest), *built))
+    return out
+
+
+def _masked_boxes(root: LazyNode) -> dict[tuple[tuple[int, int], ...], LazyNode | None] | None:
+    """The masks of the reads under root's elementwise work, each with the reduce not yet
+    computed that is read through it (None if none is); None where root's work reaches a
+    reduce or a gather other than through a read."""
+    found: dict[tuple[tuple[int, int], ...], LazyNode | None] = {}
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op in ("load", "const"):
+            view = node.arg if node.op == "load" else node.arg[1]
+            if view.mask is not None:
+                read = node.src[0] if node.op == "load" else None
+                if read is None or not read.is_reduce or read.realized is not None:
+                    read = None
+                found[view.mask] = found.get(view.mask) or read
+        elif node.is_elementwise and node.realized is None:
+            stack.extend(node.src)
+        else:
+            return None
+    return found
 
 
 def _masked_reads(root: LazyNode) -> set[tuple[int, tuple[int, int]]] | None:
