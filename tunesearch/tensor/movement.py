@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Sequence
 
 from tunesearch.graph import lazy
 from tunesearch.graph.dtypes import dtypes
+from tunesearch.graph.fusion import fused_reduce
 from tunesearch.graph.ops import MovementOps
-from tunesearch.graph.schedule import backing_node, fused_reduce, stored_order
+from tunesearch.graph.schedule import backing_node, stored_order
 from tunesearch.graph.view import View
 from tunesearch.lowering.windows import window_pads
 from tunesearch.tensor._shapes import shape_arg as _shape_arg
