@@ -20,8 +20,9 @@ mkdir -p "$EMU/bin"
 printf '#!/bin/sh\nexec qemu-x86_64 -cpu %s %s "$@"\n' "$CPU" "$(command -v gcc)" > "$EMU/bin/gcc"
 chmod +x "$EMU/bin/gcc"
 ln -s gcc "$EMU/bin/cc"
-echo "the compiler's driver on the emulated CPU: -march=native is $("$EMU/bin/gcc" \
-    -march=native -Q --help=target | awk '$1 == "-march=" || $1 == "-mtune=" {printf "%s%s ", $1, $2}')"
+RESOLVED=$("$EMU/bin/gcc" -march=native -Q --help=target |
+    awk '$1 == "-march=" || $1 == "-mtune=" {printf "%s%s ", $1, $2}')
+echo "the compiler's driver on the emulated CPU: -march=native is $RESOLVED"
 
 if [[ $STAGES == *1* ]]; then
     echo "== 1: the suite, the compiler's driver on the emulated CPU"
@@ -30,7 +31,9 @@ fi
 
 if [[ $STAGES == *2* ]]; then
     VENV=${VENV:-.venv}
-    [ -x "$VENV/bin/python" ] || { python3 -m venv "$VENV" && "$VENV/bin/pip" install -q -e ".[test]"; }
+    if [ ! -x "$VENV/bin/python" ]; then
+        python3 -m venv "$VENV" && "$VENV/bin/pip" install -q -e ".[test]"
+    fi
     # a copy of the environment whose interpreter runs on the emulated CPU; the processes it
     # starts through sys.executable (the search's runners) run there too
     cp -a "$VENV" "$EMU/venv"

@@ -210,8 +210,38 @@ def _masked_boxes(root: LazyNode) -> dict[tuple[tuple[int, int], ...], LazyNode 
     """The masks of the reads under root's elementwise work, each with the reduce not yet
     computed that is read through it (None if none is); None where root's work reaches a
     reduce or a gather other than through a read."""
+    leaves = _masked_leaves(root)
+    if leaves is None:
+        return None
     found: dict[tuple[tuple[int, int], ...], LazyNode | None] = {}
-    stack, seen = [root], set()
+    for node, view in leaves:
+        read = node.src[0] if node.op == "load" else None
+        if read is None or not read.is_reduce or read.realized is not None:
+            read = None
+        found[view.mask] = found.get(view.mask) or read
+    return found
+
+
+def _masked_reads(root: LazyNode) -> set[tuple[int, tuple[int, int]]] | None:
+    """The (axis, range) of every read under root's elementwise work that is masked, each on
+    exactly one axis; None where one is masked on several, or root's work reaches a reduce."""
+    leaves = _masked_leaves(root)
+    if leaves is None:
+        return None
+    found: set[tuple[int, tuple[int, int]]] = set()
+    for _, view in leaves:
+        cut = [(a, (lo, hi)) for a, ((lo, hi), size) in enumerate(zip(view.mask, view.shape))
+               if (lo, hi) != (0, size)]
+        if len(cut) != 1 or cut[0][1][0] >= cut[0][1][1]:
+            return None
+        found.add(cut[0])
+    return found
+
+
+def _masked_leaves(root: LazyNode) -> list[tuple[LazyNode, View]] | None:
+    """The loads and constants under root's elementwise work that are masked, with their views;
+    None where that work reaches anything else (a reduce, a gather) but through a read."""
+    found, stack, seen = [], [root], set()
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -220,36 +250,7 @@ def _masked_boxes(root: LazyNode) -> dict[tuple[tuple[int, int], ...], LazyNode 
         if node.op in ("load", "const"):
             view = node.arg if node.op == "load" else node.arg[1]
             if view.mask is not None:
-                read = node.src[0] if node.op == "load" else None
-                if read is None or not read.is_reduce or read.realized is not None:
-                    read = None
-                found[view.mask] = found.get(view.mask) or read
-        elif node.is_elementwise and node.realized is None:
-            stack.extend(node.src)
-        else:
-            return None
-    return found
-
-
-def _masked_reads(root: LazyNode) -> set[tuple[int, tuple[int, int]]] | None:
-    """The (axis, range) of every read under root's elementwise work that is masked, each on
-    exactly one axis; None where one is masked on several, or root's work reaches a reduce."""
-    found: set[tuple[int, tuple[int, int]]] = set()
-    stack, seen = [root], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op in ("load", "const"):
-            view = node.arg if node.op == "load" else node.arg[1]
-            if view.mask is None:
-                continue
-            cut = [(a, (lo, hi)) for a, ((lo, hi), size) in
-                   enumerate(zip(view.mask, view.shape)) if (lo, hi) != (0, size)]
-            if len(cut) != 1 or cut[0][1][0] >= cut[0][1][1]:
-                return None
-            found.add(cut[0])
+                found.append((node, view))
         elif node.is_elementwise and node.realized is None:
             stack.extend(node.src)
         else:
