@@ -2,7 +2,9 @@
 loop: each row block fetches its share of the next panel while it reads the current one
 (codegen/prefetch.py). The kernel is compiled with every fetch recorded instead of issued,
 and run: the fetches together cover every panel after the first (of every k tile after the first
-with a k tile), stay on the panel, and the result still matches numpy."""
+with a k tile), stay on the panel, and the result still matches numpy. With a k tile and the
+block loop shared, each thread walks its own blocks once per tile (codegen/c_entry.py), and
+fetches its blocks' next tile."""
 from __future__ import annotations
 
 import ctypes
@@ -24,8 +26,11 @@ long ts_fetches(uintptr_t* out, long cap) {
   for (long i = 0; i < n; i++) out[i] = ts_fetched[i];
   return ts_count;
 }
-#define __builtin_prefetch(p, rw, hint) \\
-  (ts_count < (1 << 22) ? (void)(ts_fetched[ts_count++] = (uintptr_t)(p)) : (void)0)
+static inline void ts_record(const void* p) {
+  long i = __atomic_fetch_add(&ts_count, 1, __ATOMIC_RELAXED);
+  if (i < (1 << 22)) ts_fetched[i] = (uintptr_t)p;
+}
+#define __builtin_prefetch(p, rw, hint) ts_record(p)
 """
 
 
@@ -59,13 +64,18 @@ def _run_recorded(item, config):
     return out.reshape(kernel.out_shape), offsets, panel.nbytes
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("ktile", [0, 128])
-def test_the_row_blocks_fetch_every_next_panel_between_them(ktile):
+def test_the_row_blocks_fetch_every_next_panel_between_them(ktile, threads):
     item, want = _matmul()
     kernel = item.kernel
     lanes = DEVICE.info().target.lanes()
-    config = cpu_config(kernel, 1, upcast=(5, 2 * lanes), order=(1, 0), pack=(2,),
+    config = cpu_config(kernel, threads, upcast=(5, 2 * lanes), order=(1, 0), pack=(2,),
                         ktile=ktile, split=1)
+    # two threads under a k tile: each walks its own blocks tile by tile
+    walk = threads > 1 and ktile > 0
+    assert ("ts_parallel_grain((long)" in DEVICE.build(kernel, config, frozenset({2})).source.text) \
+        == walk
     got, offsets, nbytes = _run_recorded(item, config)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     depth, width = 300, 2 * lanes
@@ -104,3 +114,40 @@ def test_a_panel_too_large_for_l2_twice_or_one_block_per_thread_is_not_fetched()
                         ktile=0, split=1)
     assert shared.get("parallel") >= 1
     assert "nx2" not in render_c(kernel, shared, "k", lanes * 4, frozenset({2}), 1 << 30)
+
+
+def _loop_function_and_entry(source: str, entry: str) -> tuple[str, str]:
+    """(the shared loop's outlined function, the entry point) of a kernel's C."""
+    start = source.index(f"static void {entry}_loop0(")
+    return source[start:source.index("\n}\n", start)], source[source.index(f"void {entry}("):]
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_each_thread_walks_its_blocks_once_per_k_tile(parallel):
+    """The tile loop runs inside the shared loop's function (no fork and join per tile) where
+    the weight arrives packed; with the weight packed per tile in the call it stays around the
+    shared loop, whose fills need every thread. Both match numpy, the last tile a short one."""
+    item, want = _matmul(rows=49, depth=300, cols=200)
+    kernel = item.kernel
+    lanes = DEVICE.info().target.lanes()
+    config = cpu_config(kernel, 2, upcast=(5, 2 * lanes), order=(1, 0), pack=(2,), ktile=128,
+                        split=1).replace(parallel=parallel)
+    program = DEVICE.build(kernel, config, frozenset({2}))
+    function, entry = _loop_function_and_entry(program.source.text, program.source.entry)
+    assert "for (int kt = 0; kt < 3; kt++)" in function and "kt <" not in entry
+    assert "ts_parallel_grain((long)" in entry
+    inputs = [node.realized for node in item.inputs]
+    panel = DEVICE.prepack(kernel, config, 2, DEVICE.copyout(inputs[1]))
+    packed = DEVICE.alloc(panel.size, kernel.buffers[2].dtype)
+    DEVICE.copyin(packed, panel)
+    out = DEVICE.alloc(kernel.buffers[0].size, kernel.buffers[0].dtype)
+    for _ in range(2):  # the partial sums' scratch is reused by the second call
+        program([out, inputs[0], packed])
+        np.testing.assert_allclose(DEVICE.copyout(out).reshape(want.shape), want,
+                                   rtol=1e-4, atol=1e-4)
+    per_call = DEVICE.build(kernel, config)  # B packed per tile in the call
+    function, entry = _loop_function_and_entry(per_call.source.text, per_call.source.entry)
+    assert "kt <" not in function and "for (int kt = 0; kt < 3; kt++)" in entry
+    per_call([out, *inputs])
+    np.testing.assert_allclose(DEVICE.copyout(out).reshape(want.shape), want, rtol=1e-4,
+                               atol=1e-4)

@@ -3,7 +3,8 @@ loop runs exactly once, whichever thread takes it; a loop entered while another 
 caller; the pool is one per process however many kernels link it; its spin setting is checked.
 A C harness linked to the device's pool counts each block's runs, over thousands of loops of
 random sizes and teams, on a quiet machine and beside processes that keep both cores busy (where
-workers are descheduled mid-loop and the caller takes their blocks)."""
+workers are descheduled mid-loop and the caller takes their blocks), and with a grain, the
+least a call is handed."""
 from __future__ import annotations
 
 import contextlib
@@ -24,6 +25,8 @@ HARNESS = r"""
 #include <stdatomic.h>
 #include <stdlib.h>
 void ts_parallel(long n, int threads, void (*body)(void*, long, long), void* ctx);
+void ts_parallel_grain(long n, int threads, long grain, void (*body)(void*, long, long),
+                       void* ctx);
 
 struct counts { _Atomic int* runs; _Atomic long calls; pthread_t caller; _Atomic long others; };
 static void count(void* c, long lo, long hi) {
@@ -54,6 +57,43 @@ long run_loops(int loops, long max_n, unsigned seed, long* by_others) {
   free(runs);
   return wrong;
 }
+
+/* with a grain: a call of fewer iterations ends a thread's range of the static split (under
+   some team of 1 to `threads`), or it is counted short */
+struct grained { _Atomic int* runs; long n, grain; int threads; _Atomic long short_calls; };
+static int ends_a_range(long n, int threads, long hi) {
+  for (int team = 1; team <= threads; team++) {
+    long q = n / team, extra = n % team;
+    for (int t = 0; t < team; t++)
+      if (t * q + (t < extra ? t : extra) + q + (t < extra) == hi) return 1;
+  }
+  return 0;
+}
+static void count_grained(void* c, long lo, long hi) {
+  struct grained* k = c;
+  if (hi - lo < k->grain && !ends_a_range(k->n, k->threads, hi)) k->short_calls++;
+  for (long i = lo; i < hi; i++) atomic_fetch_add(&k->runs[i], 1);
+}
+long run_grained_loops(int loops, long max_n, unsigned seed, long* short_calls) {
+  _Atomic int* runs = calloc(max_n, sizeof(int));
+  long wrong = 0;
+  *short_calls = 0;
+  for (int l = 0; l < loops; l++) {
+    seed = seed * 1103515245u + 12345u;
+    long n = 1 + (seed >> 8) % max_n;
+    int threads = 1 + (seed >> 4) % 4;
+    long grain = 1 + (seed >> 16) % 12;
+    struct grained k = {runs, n, grain, threads, 0};
+    ts_parallel_grain(n, threads, grain, count_grained, &k);
+    for (long i = 0; i < n; i++) {
+      wrong += runs[i] != 1;
+      runs[i] = 0;
+    }
+    *short_calls += k.short_calls;
+  }
+  free(runs);
+  return wrong;
+}
 """
 
 
@@ -67,6 +107,8 @@ def harness():
     lib.run_loops.restype = ctypes.c_long
     lib.run_loops.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_uint,
                               ctypes.POINTER(ctypes.c_long)]
+    lib.run_grained_loops.restype = ctypes.c_long
+    lib.run_grained_loops.argtypes = lib.run_loops.argtypes
     return lib
 
 
@@ -104,6 +146,17 @@ def test_every_block_runs_once_beside_processes_that_take_the_cores(harness):
     with _busy(2):
         wrong, _ = _run(harness, 3000, 300, 2)
     assert wrong == 0
+
+
+@pytest.mark.parametrize("busy", [0, 2])
+def test_a_grain_hands_out_runs_at_least_that_long(harness, busy):
+    """A loop walked tile by tile (codegen/c_entry.py) gets at least `grain` iterations a call,
+    or what is left of a thread's range, quiet or with the cores taken; every block once."""
+    by_others = ctypes.c_long()
+    with _busy(busy):
+        wrong = harness.run_grained_loops(2000, 300, 7 + busy, ctypes.byref(by_others))
+    assert wrong == 0
+    assert by_others.value == 0
 
 
 def test_loops_entered_from_several_threads_at_once_each_run_whole(harness):

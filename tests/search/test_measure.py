@@ -5,6 +5,8 @@ element past the end of its output, one before its start, or into an input is re
 reason; the runner starts again cleanly, and the tuner goes on to a correct winner."""
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ from tunesearch.graph.dtypes import dtypes
 from tunesearch.runtime.device import get_device
 from tunesearch.search import Budget, DeviceMeasurer, tune_kernels
 from tunesearch.search import verify
+from tunesearch.search.measure import from_memory
 from tunesearch.space.spaces import space_for
 
 EXPECTED = {faulty.CRASH: ("crash", "SIGSEGV"), faulty.HANG: ("timeout", "hard limit"),
@@ -218,3 +221,36 @@ def test_constant_operands_are_timed_packed_ahead_and_verified():
         if other is not None:
             [result] = measurer.measure(kernel, [other])
             assert result.ok and not measurer._built[(kernel.key, other)].layouts
+
+
+def test_weights_larger_than_the_caches_keep_are_timed_from_memory_and_verified():
+    """A weight that takes more than half a core's L2 is pushed out of the caches before each
+    timed run (a model's kernel reads it from memory: every other kernel ran since), a small
+    one is not; candidates timed so, the weight's k tile walked by each thread among them,
+    still match the reference."""
+    device = get_device("cpu")
+    target = device.info().target
+    small = matmul(37, 64, 48)
+    assert from_memory(small, frozenset({2}), target) == ()
+    depth = 1024
+    cols = max(64, -(-target.l2.size // (2 * depth * 4)) + 16)  # just past half of L2
+    kernel = matmul(49, depth, cols)
+    assert from_memory(kernel, frozenset({2}), target) == (2,)
+    assert from_memory(kernel, frozenset(), target) == ()
+    space = space_for(kernel, target, frozenset({2}))
+    default = space.default()
+    configs = [default] + [c for c in space.neighbours(default) if c.get("ktile")][:2]
+    with DeviceMeasurer("cpu") as measurer:
+        measurer.use_constants({kernel.key: frozenset({2})})
+        results = measurer.measure(kernel, configs)
+    assert all(r.ok and r.max_error <= verify.tolerance(kernel) for r in results), results
+
+
+def test_the_cpu_pushes_a_buffer_out_of_its_caches_and_keeps_its_values():
+    device = get_device("cpu")
+    buffer = device.alloc(100_000, dtypes.float32)
+    values = np.arange(100_000, dtype=np.float32)
+    device.copyin(buffer, values)
+    assert device.evict([buffer]) == (platform.machine().lower() in ("x86_64", "amd64",
+                                                                     "aarch64", "arm64"))
+    np.testing.assert_array_equal(device.copyout(buffer), values)

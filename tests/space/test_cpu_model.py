@@ -656,10 +656,13 @@ def test_a_streamed_panel_whose_steps_lie_pages_apart_is_filled_several_blocks_a
     assert (two.get("cblock", 1), two.get("ktile"), two.get("parallel")) == (1, 0, 1), two
     # B's rows 4000 bytes apart: each block's fill reads its run on the page of the last
     assert default(64, 4096, 1000, "avx2", xeon)[2].get("cblock", 1) == 1
-    # a weight is packed once, when the plan is built: nothing is filled in the call
-    kernel, _, _ = default(64, 4096, 4096, "avx2", xeon)
-    config = default(64, 4096, 4096, "avx2", xeon, constants=frozenset([b_side]))[2]
-    assert config.get("cblock", 1) == 1 and config.get("ktile") == 0, config
+    # a weight is packed once, when the plan is built: nothing is filled in the call. It
+    # comes from memory (64 MiB) under rows whose sliver leaves L1: walked by the model's k
+    # tile (the weight's next tile fetched beside the arithmetic)
+    kernel, target, config = default(64, 4096, 4096, "avx2", xeon,
+                                     constants=frozenset([b_side]))
+    assert config.get("cblock", 1) == 1, config
+    assert config.get("ktile") == cpu_matmul.model_ktile(kernel, target, config) == 256
 
 
 def test_rows_that_stay_in_l2_alone_but_not_beside_a_column_sliver_take_a_k_tile():
@@ -668,7 +671,9 @@ def test_rows_that_stay_in_l2_alone_but_not_beside_a_column_sliver_take_a_k_tile
     MiB, which a 2 MiB L2 keeps alone but not beside a column block's sliver of the whole
     reduce (1.2 MiB): the largest k tile for which both stay (1024). Not where they stay
     untiled (its 1x1 convolutions, 1024 deep), nor where the rows alone leave L2 (196 rows of
-    2304: they stream from L3 as a panel either way)."""
+    2304: they stream from L3 as a panel either way). The 1x1 convolution's weight (8 MiB)
+    comes from memory, and a row block's sliver of its reduce (24 KiB) leaves this target's
+    32 KiB L1 beside the stream: walked by the model's k tile instead (not on a 48 KiB L1)."""
     target = dataclasses.replace(LEVELS["avx512"], threads=1, l2=Cache(2 << 20, 16))
 
     def tile(m, k, n):
@@ -680,8 +685,10 @@ def test_rows_that_stay_in_l2_alone_but_not_beside_a_column_sliver_take_a_k_tile
         assert config.get("order")[0] == col  # the column blocks outermost
         return config.get("ktile")
     assert tile(49, 4608, 512) == 1024
-    assert tile(49, 1024, 2048) == 0
+    assert tile(49, 1024, 2048) == 64
     assert tile(196, 2304, 256) == 0
+    target = dataclasses.replace(target, l1d=Cache(48 << 10, 12))
+    assert tile(49, 1024, 2048) == 0
 
 
 @pytest.mark.parametrize("level", ["avx512", "avx2", "sse4"])

@@ -220,7 +220,7 @@ class BlockFunction:
         fetch_tile = ck.ktile if ck.tiled else 0
         ahead = next_panel_fetch(ck.packs, ck.prepacked, ck.order, ck.nblocks, ck.red_sizes,
                                  fetch_tile, ck.split, ck.l2_bytes,
-                                 ck.threads if ck.parallel else 1)
+                                 ck.threads if ck.parallel else 1, ck.tile_walk)
         # the reduce step a fetch ahead is at, counted from the start of the block's (tile's)
         # reduce
         inner = ck.inner
@@ -229,7 +229,7 @@ class BlockFunction:
             size = math.prod(ck.red_sizes[j + 1:])
             step = f"({'r%d-%s' % (j, lo) if lo != '0' else 'r%d' % j})*{size}+{step}"
         return [fetch_lines(ck.packs[i], i, ck.order, ck.upcast, ck.nblocks, ck.red_sizes,
-                            fetch_tile, step) for i in ahead]
+                            fetch_tile, step, ck.tile_walk) for i in ahead]
 
     def reduce_loops(self) -> list[str]:
         """The reduce loops, the innermost cut into whole `split` steps and the rest, with

@@ -6,7 +6,8 @@
                     shared over the thread pool), each block's call picked by the dispatch of
                     block_calls.py; a streamed panel filled per outer block inside them
     k tiles         with a k tile, the panels' fills and the block loops once per tile, the
-                    partial sums kept in scratch between tiles
+                    partial sums kept in scratch between tiles; where no panel is filled per
+                    tile, each thread walks its own run of blocks once per tile instead
 
 Its shared loops are still written as OpenMP loops here; parallel.py outlines them afterwards,
 capturing the variables listed with the lines.
@@ -17,7 +18,7 @@ import math
 
 from tunesearch.codegen.c_kernel import CKernel
 from tunesearch.codegen.panels import pack_loop
-from tunesearch.codegen.parallel import flat_indices, shared_loop
+from tunesearch.codegen.parallel import flat_indices, k_tiles_open, shared_loop
 
 
 def entry_function(ck: CKernel, dispatch: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
@@ -40,7 +41,10 @@ def entry_function(ck: CKernel, dispatch: list[str]) -> tuple[list[str], list[tu
                                    shared_loop(ck.threads) if ck.parallel else None,
                                    ck.tiled, vector_bytes=ck.vector_bytes)]
     nest = block_loops(ck, dispatch)
-    if ck.tiled:
+    if ck.tile_walk:  # the tiles' loop is inside the shared loop's function
+        lines += k_tile_loop(ck, nest, walk=True)
+        captures.append((f"{d.type_name(ck.reduce_node.dtype)}*", "part"))
+    elif ck.tiled:
         lines += k_tile_loop(ck, fills + nest)
         acc_type = d.type_name(ck.reduce_node.dtype)
         captures += [(f"{acc_type}*", "part"), ("const int", "k0"), ("const int", "first"),
@@ -54,17 +58,16 @@ def entry_function(ck: CKernel, dispatch: list[str]) -> tuple[list[str], list[tu
     return lines, captures
 
 
-def k_tile_loop(ck: CKernel, body: list[str]) -> list[str]:
-    """body run once per tile of the first reduce axis, the partial sums in scratch."""
+def k_tile_loop(ck: CKernel, body: list[str], walk: bool = False) -> list[str]:
+    """body run once per tile of the first reduce axis, the partial sums in scratch; with walk
+    the body's shared loop runs the tiles itself (shared_loop's tiles), so it runs once."""
     acc_type = ck.d.type_name(ck.reduce_node.dtype)
     size, tiles = math.prod(ck.domain[:ck.n_out]), math.ceil(ck.red_sizes[0] / ck.ktile)
     slot = len(ck.packs)
+    inside = ["  " + line for line in body] if walk else \
+        k_tiles_open(tiles, ck.ktile, ck.red_sizes[0]) + ["  " + line for line in body] + ["  }"]
     return [f"  {acc_type}* part = ({acc_type}*)scratch({slot}, {size}*sizeof({acc_type}));",
-            f"  for (int kt = 0; kt < {tiles}; kt++) {{",
-            f"    const int k0 = kt*{ck.ktile}, first = kt == 0, last = kt == {tiles - 1};",
-            f"    const int kn = last ? {ck.red_sizes[0]}-k0 : {ck.ktile};",
-            *["  " + line for line in body],
-            "  }", f"  scratch_done({slot}, part, {size}*sizeof({acc_type}));"]
+            *inside, f"  scratch_done({slot}, part, {size}*sizeof({acc_type}));"]
 
 
 def block_loops(ck: CKernel, dispatch: list[str]) -> list[str]:
@@ -92,8 +95,11 @@ def block_loops(ck: CKernel, dispatch: list[str]) -> list[str]:
         nest += streamed_outer_loop(ck, streamed_buffers, group)
         rest = ck.order[1:]
     if shared:
-        # parallel.py runs these loops as one flat loop, a range of the first `shared` per call
-        nest.append(shared_loop(ck.threads, shared, len(rest) - shared if flat else 0))
+        # parallel.py runs these loops as one flat loop, a range of the first `shared` per call;
+        # a tile walk takes at least one outer block's shared blocks at a time
+        tiles = (ck.ktile, ck.red_sizes[0], math.prod(ck.nblocks[a] for a in rest[1:shared])) \
+            if ck.tile_walk else None
+        nest.append(shared_loop(ck.threads, shared, len(rest) - shared if flat else 0, tiles))
         nest += block_loop_heads(ck, rest, False)
     else:
         nest += block_loop_heads(ck, rest, flat)

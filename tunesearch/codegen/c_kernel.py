@@ -132,6 +132,12 @@ class CKernel:
         # slower so (docs/defaults.md)
         self.walked = [i for i, p in packs.items() if i not in self.streamed
                        and i not in prepacked and order and order[0] not in p.axes and p.axes]
+        # with a k tile and shared block loops, each thread walks its own run of blocks once
+        # per tile (BLIS's order: a weight's tile streams in beside the arithmetic on the
+        # tile before it) where no panel is filled per tile; else the tiles run around the
+        # shared loops, one fork and join per tile
+        self.tile_walk = self.tiled and bool(self.parallel and self.n_out) and \
+            all(i in prepacked for i in packs)
 
     def params(self) -> str:
         """The entry point's parameters: the kernel's buffers."""

@@ -12,19 +12,39 @@ import math
 import re
 
 # what a kernel that shares a loop declares: the entry point of the pool in runtime/cpu_pool.py
-DECLARATION = "void ts_parallel(long n, int threads, void (*body)(void*, long, long), void* ctx);\n"
+DECLARATION = ("void ts_parallel(long n, int threads, void (*body)(void*, long, long), void* ctx);\n"
+               "void ts_parallel_grain(long n, int threads, long grain, "
+               "void (*body)(void*, long, long), void* ctx);\n")
 
 PRAGMA = re.compile(r"^(\s*)#pragma omp parallel for(?: collapse\((\d+)\))? "
-                    r"num_threads\((\d+)\) schedule\(static\)(?: /\* flat (\d+) \*/)?\s*$")
+                    r"num_threads\((\d+)\) schedule\(static\)(?: /\* flat (\d+) \*/)?"
+                    r"(?: /\* k tiles (\d+) x (\d+) of (\d+), grain (\d+) \*/)?\s*$")
 
 
-def shared_loop(threads: int, collapse: int = 1, flat: int = 0) -> str:
+def shared_loop(threads: int, collapse: int = 1, flat: int = 0,
+                tiles: tuple[int, int, int] | None = None) -> str:
     """The line that heads a loop shared over `threads` (its first `collapse` loops as one),
     as the renderer writes it and outline_parallel_loops reads it. flat: the number of loops
     nested right inside them that run in the same flat loop as they do (block loops: see
-    codegen/c_entry.block_loops), each shared iteration a range of it."""
+    codegen/c_entry.block_loops), each shared iteration a range of it. tiles: (ktile, the
+    first reduce axis's size, grain): each thread walks its range once per k tile of that
+    axis (k_tiles_open), taking at least `grain` shared iterations at a time."""
+    walk = ""
+    if tiles is not None:
+        ktile, size, grain = tiles
+        walk = f" /* k tiles {math.ceil(size / ktile)} x {ktile} of {size}, grain {grain} */"
     return (f"#pragma omp parallel for{f' collapse({collapse})' if collapse > 1 else ''} "
-            f"num_threads({threads}) schedule(static)" + (f" /* flat {flat} */" if flat else ""))
+            f"num_threads({threads}) schedule(static)" + (f" /* flat {flat} */" if flat else "")
+            + walk)
+
+
+def k_tiles_open(tiles: int, ktile: int, size: int, indent: str = "  ") -> list[str]:
+    """The loop over the k tiles of a reduce axis of `size`, opened, with each tile's start
+    (k0), length (kn) and whether it is the first or the last: what the block functions of a
+    tiled kernel read."""
+    return [f"{indent}for (int kt = 0; kt < {tiles}; kt++) {{",
+            f"{indent}  const int k0 = kt*{ktile}, first = kt == 0, last = kt == {tiles - 1};",
+            f"{indent}  const int kn = last ? {size}-k0 : {ktile};"]
 
 
 def flat_indices(names: list[str], bounds: list[int], indent: str = "  ") -> list[str]:
@@ -80,6 +100,8 @@ def outline_parallel_loops(lines: list[str], name: str, captures: list[tuple[str
             continue
         indent, collapse, threads = pragma.group(1), int(pragma.group(2) or 1), pragma.group(3)
         loops = collapse + int(pragma.group(4) or 0)
+        tiles = tuple(int(g) for g in pragma.group(5, 6, 7)) if pragma.group(5) else None
+        grain = int(pragma.group(8) or 1)
         heads = [LOOP.match(line) for line in lines[i + 1:i + 1 + loops]]
         assert all(heads), lines[i:i + 1 + loops]
         opened = heads[-1].group(3) is not None
@@ -88,19 +110,22 @@ def outline_parallel_loops(lines: list[str], name: str, captures: list[tuple[str
         count += 1
         bounds = [h.group(2).strip() for h in heads]
         functions += _loop_function(fn, heads, bounds, lines[i + 1 + loops:end], opened,
-                                    fields, captures, collapse)
+                                    fields, captures, collapse, tiles)
         total = "*".join(f"(long)({b})" for b in bounds[:collapse])
-        out.append(f"{indent}{{ struct {fn}_ctx ctx_ = {{{values}}}; "
-                   f"ts_parallel({total}, {threads}, {fn}, &ctx_); }}")
+        call = f"ts_parallel_grain({total}, {threads}, {grain}, " if tiles else \
+            f"ts_parallel({total}, {threads}, "
+        out.append(f"{indent}{{ struct {fn}_ctx ctx_ = {{{values}}}; {call}{fn}, &ctx_); }}")
         i = end
     return functions, out
 
 
 def _loop_function(fn: str, heads, bounds: list[str], body: list[str], opened: bool,
-                   fields: str, captures: list[tuple[str, str]], shared: int) -> list[str]:
+                   fields: str, captures: list[tuple[str, str]], shared: int,
+                   tiles: tuple[int, int, int] | None = None) -> list[str]:
     """A loop's function: its context struct, the captured variables, the range of flat
     iterations and each loop's index in it, around the loop's body. The range handed out
-    counts iterations of the first `shared` loops; the loops after them run inside each."""
+    counts iterations of the first `shared` loops; the loops after them run inside each.
+    tiles: (count, ktile, size): the range walked once per k tile (shared_loop)."""
     names = [h.group(1) for h in heads]
     unpack = [f"  {decl} {var} = ctx_->{var};" for decl, var in captures]
     head = [f"struct {fn}_ctx {{{fields} }};",
@@ -108,15 +133,20 @@ def _loop_function(fn: str, heads, bounds: list[str], body: list[str], opened: b
             f"  const struct {fn}_ctx* ctx_ = (const struct {fn}_ctx*)c_;"] + unpack
     if len(names) == 1:  # the loop as it was, over the range handed out
         var = names[0]
-        return head + [f"  for (int {var} = (int)lo_; {var} < (int)hi_; {var}++)"
-                       + (" {" if opened else "")] + body + ["}", ""]
-    # collapsed loops: one flat index over their counts, the renderer's constants
-    assert all(b.isdigit() for b in bounds), bounds
-    inside = math.prod(int(b) for b in bounds[shared:])
-    scale = f" * {inside}" if inside > 1 else ""
-    index = flat_indices(names, [int(b) for b in bounds], "    ")
-    return (head + [f"  for (long it_ = lo_{scale}; it_ < hi_{scale}; it_++) {{"] + index
-            + (["    {"] if opened else []) + ["  " + line for line in body] + ["  }", "}", ""])
+        loop = [f"  for (int {var} = (int)lo_; {var} < (int)hi_; {var}++)"
+                + (" {" if opened else "")] + body
+    else:
+        # collapsed loops: one flat index over their counts, the renderer's constants
+        assert all(b.isdigit() for b in bounds), bounds
+        inside = math.prod(int(b) for b in bounds[shared:])
+        scale = f" * {inside}" if inside > 1 else ""
+        index = flat_indices(names, [int(b) for b in bounds], "    ")
+        loop = ([f"  for (long it_ = lo_{scale}; it_ < hi_{scale}; it_++) {{"] + index
+                + (["    {"] if opened else []) + ["  " + line for line in body] + ["  }"])
+    if tiles:
+        loop = k_tiles_open(*tiles) + ["  " + line for line in loop] + ["  }"]
+    return head + loop + ["}", ""]
 
 
-__all__ = ["DECLARATION", "flat_indices", "outline_parallel_loops", "shared_loop"]
+__all__ = ["DECLARATION", "flat_indices", "k_tiles_open", "outline_parallel_loops",
+           "shared_loop"]

@@ -29,14 +29,17 @@ LINE = 64
 
 def next_panel_fetch(packs: dict[int, PackInfo], prepacked: frozenset[int],
                      order: tuple[int, ...], nblocks: list[int], red_sizes: tuple[int, ...],
-                     ktile: int, split: int, l2_bytes: int, threads: int) -> list[int]:
+                     ktile: int, split: int, l2_bytes: int, threads: int,
+                     walk: bool = False) -> list[int]:
     """The prepacked panels whose next block's slice each block fetches (see module doc).
     Only where each thread walks two outer blocks or more (threads share the outer loop in
-    runs of consecutive blocks): with one, the next block is another thread's."""
+    runs of consecutive blocks): with one, the next block is another thread's. Where each
+    thread walks its blocks once per k tile (walk), the slice fetched is its own block's next
+    tile, always the thread's."""
     if not order or split != 1 or not l2_bytes or not red_sizes:
         return []
     outer = order[0]
-    if nblocks[outer] < 2 * threads:
+    if nblocks[outer] < 2 * threads and not walk:
         return []
     return [i for i, p in packs.items() if i in prepacked and p.axes == [outer]
             and 2 * _slice(p, red_sizes, ktile)[1] <= l2_bytes]
@@ -51,10 +54,11 @@ def _slice(pack: PackInfo, red_sizes: tuple[int, ...], ktile: int) -> tuple[int,
 
 def fetch_lines(pack: PackInfo, index: int, order: tuple[int, ...], upcast: tuple[int, ...],
                 nblocks: list[int], red_sizes: tuple[int, ...], ktile: int,
-                step: str) -> tuple[str, str]:
+                step: str, walk: bool = False) -> tuple[str, str]:
     """(declaration, statement) of panel `index`'s fetch: the declaration (at the top of the
     block function, before its reduce loops) points at this block's share of the next
-    block's slice; the statement (in the innermost reduce loop) fetches the share's line for
+    block's slice (with walk: of its own block's next k tile, after the last tile the next
+    block's first); the statement (in the innermost reduce loop) fetches the share's line for
     reduce step `step`, counted from the start of the block's reduce (of its k tile)."""
     outer, inner_axes = order[0], order[1:]
     inner_blocks = math.prod(nblocks[a] for a in inner_axes)
@@ -67,8 +71,12 @@ def fetch_lines(pack: PackInfo, index: int, order: tuple[int, ...], upcast: tupl
     share = -(-slice_bytes // inner_blocks)
     per_step = -(-share // steps)  # bytes a reduce step fetches: a line every few steps or more
     if ktile:  # the last k tile may be shorter: its shares are of the rows it has
-        row_bytes = slice_bytes // ktile
-        share = f"((kn)*{row_bytes}+{inner_blocks - 1})/{inner_blocks}"
+        row_bytes, size = slice_bytes // ktile, red_sizes[0]
+        # a walk fetches the block's next tile, the next block's first after the last
+        rows = (f"(!last ? (k0+kn+{ktile} <= {size} ? {ktile} : {size}-k0-kn) : "
+                f"(o{order[0]}/{upcast[order[0]]}+1) < {nblocks[order[0]]} ? {ktile} : kn)") \
+            if walk else "(kn)"
+        share = f"({rows}*{row_bytes}+{inner_blocks - 1})/{inner_blocks}"
     zeros = ["0"] * (len(pack.reduce) - 1)
     first = ["k0" if ktile else "0"] + zeros
     lanes = ["0"] * len(pack.lanes)
@@ -78,8 +86,21 @@ def fetch_lines(pack: PackInfo, index: int, order: tuple[int, ...], upcast: tupl
     # block's own panel, which is in cache already
     wrap = panel_offset(pack, ["0"], ["k0+kn"] + zeros, lanes) if ktile else \
         panel_offset(pack, [f"(o{outer}/{upcast[outer]})"], first, lanes)
-    declaration = (f"const char* nx{index} = (const char*)&pk{index}[{following} < "
-                   f"{nblocks[outer]} ? {ahead} : {wrap}] + ({place})*{share};")
-    statement = " ".join(f"__builtin_prefetch(nx{index} + ({step})*{per_step} + {k * LINE}, 0, 3);"
+    target = f"{following} < {nblocks[outer]} ? {ahead} : {wrap}"
+    if walk:
+        own = f"(o{outer}/{upcast[outer]})"
+        next_tile = panel_offset(pack, [own], ["k0+kn"] + zeros, lanes)
+        next_block = panel_offset(pack, [following], ["0"] + zeros, lanes)
+        target = (f"!last ? {next_tile} : {following} < {nblocks[outer]} ? {next_block} : "
+                  f"{panel_offset(pack, [own], ['k0'] + zeros, lanes)}")
+    declaration = f"const char* nx{index} = (const char*)&pk{index}[{target}] + ({place})*{share};"
+    stride = per_step
+    if walk:  # the next slice fetched over this tile's steps, which may be the short last one
+        per_row = steps // ktile
+        shortest = (red_sizes[0] % ktile or ktile) * per_row
+        per_step = -(-slice_bytes // inner_blocks // shortest)
+        stride = f"nxs{index}"
+        declaration += (f" const long nxs{index} = ({share}+kn*{per_row}-1)/(kn*{per_row});")
+    statement = " ".join(f"__builtin_prefetch(nx{index} + ({step})*{stride} + {k * LINE}, 0, 3);"
                          for k in range(min(-(-per_step // LINE), MAX_LINES_PER_STEP)))
     return declaration, statement

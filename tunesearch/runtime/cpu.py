@@ -157,6 +157,20 @@ class CPUDevice(Device):
 
         return Program(run, timed, source, entry=ctypes.cast(fn, ctypes.c_void_p).value)
 
+    def evict(self, buffers: list[Buffer]) -> bool:
+        lib = _evict_library_at(self.compile(Source(_EVICT_SOURCE, "ts_evict", "evict"))
+                                .decode())
+        # the smallest line of the CPUs this runs on (64 bytes: x86, most ARM cores) reaches
+        # every line of a CPU with longer ones too
+        line = min(self.target().l1d.line, 64)
+        done = all([lib.ts_evict(_address(b), b.size * b.dtype.itemsize, line)
+                    for b in buffers])
+        # the pool's workers may have gone to sleep meanwhile: woken here, the next launch
+        # finds them spinning, as a model's kernel does just after the kernel before it
+        if self.threads > 1:
+            self._pool.ts_fork_join(self.threads, 1)
+        return done
+
     def sequence(self, steps: list[tuple[Program, list[Buffer]]]) -> Callable[[], None]:
         """One C call runs every kernel of the sequence: the entries and the buffer addresses
         are packed once into arrays a small C loop walks (a ctypes call per kernel costs a few
@@ -241,6 +255,35 @@ def _chain_library_at(path: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(path)
     lib.run_chain.restype = None
     lib.run_chain.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    return lib
+
+
+# cache lines out of every level, to memory: clflush on x86-64 (SSE2, every such CPU), `dc civac`
+# on AArch64 (Linux lets user code run it); elsewhere nothing, and the call says so
+_EVICT_SOURCE = """
+int ts_evict(const char* p, long bytes, int line) {
+  const char* end = p + bytes;
+#if defined(__x86_64__) || defined(__i386__)
+  for (; p < end; p += line) __builtin_ia32_clflush(p);
+  __builtin_ia32_mfence();
+  return 1;
+#elif defined(__aarch64__)
+  for (; p < end; p += line) __asm__ volatile("dc civac, %0" : : "r"(p) : "memory");
+  __asm__ volatile("dsb ish" : : : "memory");
+  return 1;
+#else
+  (void)end; (void)line;
+  return 0;
+#endif
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _evict_library_at(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.ts_evict.restype = ctypes.c_int
+    lib.ts_evict.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
     return lib
 
 

@@ -168,8 +168,10 @@ void ts_pool_configure(int threads, int spins) {
 int ts_pool_threads(void) { return pool.started ? pool.started : pool.threads; }
 
 
-/* body(ctx, lo, hi) over [0, n) shared by up to `threads` threads, the caller one of them */
-void ts_parallel(long n, int threads, ts_body body, void* ctx) {
+/* body(ctx, lo, hi) over [0, n) shared by up to `threads` threads, the caller one of them;
+   each call of body gets at least `grain` iterations of a thread's range (or all of it): a
+   body that walks its range tile by tile of the reduce reuses each tile across them */
+void ts_parallel_grain(long n, int threads, long grain, ts_body body, void* ctx) {
   if (n <= 0) return;
   if (threads <= 1 || n == 1 || pool.threads <= 1 || pthread_mutex_trylock(&pool.lock) != 0) {
     body(ctx, 0, n);
@@ -197,8 +199,8 @@ void ts_parallel(long n, int threads, ts_body body, void* ctx) {
   for (int t = 0; t < team; t++) {
     long start = t * q + (t < extra ? t : extra), len = q + (t < extra);
     atomic_store_explicit(&pool.ranges[t].end, start + len, memory_order_relaxed);
-    atomic_store_explicit(&pool.ranges[t].chunk, len / TS_CHUNKS > 1 ? len / TS_CHUNKS : 1,
-                          memory_order_relaxed);
+    long chunk = len / TS_CHUNKS > grain ? len / TS_CHUNKS : grain;
+    atomic_store_explicit(&pool.ranges[t].chunk, chunk > 1 ? chunk : 1, memory_order_relaxed);
   }
   atomic_store(&pool.epoch, e);                 /* publishes the loop (sequentially consistent) */
   if (atomic_load(&pool.sleepers) > 0) wake_all(&pool.epoch);
@@ -209,6 +211,10 @@ void ts_parallel(long n, int threads, ts_body body, void* ctx) {
     else sched_yield();
   }
   pthread_mutex_unlock(&pool.lock);
+}
+
+void ts_parallel(long n, int threads, ts_body body, void* ctx) {
+  ts_parallel_grain(n, threads, 1, body, ctx);
 }
 
 /* the mean cost of a parallel loop of nothing over `threads`, each after 20 us of serial work

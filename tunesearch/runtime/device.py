@@ -188,6 +188,12 @@ class Device(ABC):
     def synchronize(self) -> None:
         pass
 
+    def evict(self, buffers: list[Buffer]) -> bool:
+        """Push these buffers out of the device's caches, so that the next launch reads them
+        from memory, as a model's kernel reads its weights (every other kernel of the model ran
+        since it last did). False where the device cannot (then nothing changed)."""
+        return False
+
     def sequence(self, steps: list[tuple[Program, list[Buffer]]]) -> Callable[[], None]:
         """A function that launches the programs in order on their buffers, with everything
         about the launches bound once: a model's plan calls it per run. Devices with a cheaper

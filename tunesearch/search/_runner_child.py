@@ -29,6 +29,7 @@ run (and put back). `violation` says which rule a candidate broke without faulti
 Device.prepack_layouts), as a model's plan runs a kernel whose weights never change: the process
 packs those inputs for config (once per layout, kept while the kernel is) and passes the panels
 in their place, so a candidate is timed without the packing the plan does not do per call.
+`cold` names the inputs (panels, where packed) pushed out of the caches before each timed run.
 """
 from __future__ import annotations
 
@@ -173,9 +174,12 @@ class _Session:
                              self._changed(first))
         for _ in range(timing.warmup):
             program.run(buffers)
+        from_memory = [buffers[i] for i in request.cold]
         times: list[float] = []
         total = 0.0
         while len(times) < timing.max_repeats:
+            if from_memory:
+                self.device.evict(from_memory)
             elapsed = float(program.timed(buffers))
             times.append(elapsed)
             total += elapsed

@@ -30,7 +30,9 @@ from tunesearch.search.device_lock import DeviceLock, measuring_lock
 from tunesearch.search.messages import BuildResult, DeviceSpec, RunRequest, RunSetup, Timing
 from tunesearch.search.results import MeasureResult
 from tunesearch.search.runner import ProcessRunner, Runner
+from tunesearch.space import cpu_model
 from tunesearch.space.config import Config
+from tunesearch.space.target import Target
 
 GUARD_ELEMENTS = 4096
 
@@ -61,6 +63,16 @@ class Measurer(ABC):
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def from_memory(kernel: Kernel, constants: frozenset[int], target: Target) -> tuple[int, ...]:
+    """The constant inputs (a model's weights) a candidate is timed with pushed out of the
+    caches before each run: all of them where the model reads them from memory
+    (cpu_model.from_memory). Timed in the caches, a candidate that waits on their stream
+    before its arithmetic would win on a speed it never has in the model."""
+    held = sorted(constants)
+    size = sum(kernel.buffers[i].size * kernel.buffers[i].dtype.itemsize for i in held)
+    return tuple(held) if cpu_model.from_memory(target, size) else ()
 
 
 def summarize(config: Config, times: list[float]) -> MeasureResult:
@@ -124,6 +136,7 @@ class DeviceMeasurer(Measurer):
         self._built: dict[tuple[str, Config], BuildResult] = {}  # successful builds only
         self._constants: dict[str, frozenset[int]] = {}
         self._lock = lock
+        self._target: Target | None = None
 
     @property
     def lock(self) -> DeviceLock:
@@ -221,7 +234,7 @@ class DeviceMeasurer(Measurer):
             timeout = self.timeout_s + timing.min_time_s + \
                 (2 + timing.warmup + timing.min_repeats) * cutoff
         ran = self.runner.run(RunRequest(built.artifact, built.source, timing, timeout, config,
-                                         built.layouts))
+                                         built.layouts, self._from_memory(state.kernel)))
         if not ran.ok:
             return MeasureResult.failed(config, ran.error, ran.message)
         if ran.violation is not None:
@@ -238,6 +251,16 @@ class DeviceMeasurer(Measurer):
         if state.best_s is None or result.time_s < state.best_s:
             state.best_s = result.time_s
         return result
+
+    def _from_memory(self, kernel: Kernel) -> tuple[int, ...]:
+        """The constant inputs a candidate is timed with out of the caches (see
+        from_memory)."""
+        held = self._constants.get(kernel.key)
+        if not held:
+            return ()
+        if self._target is None:
+            self._target = self.device.open().info().target
+        return from_memory(kernel, held, self._target)
 
     def close(self) -> None:
         self.runner.close()

@@ -135,13 +135,16 @@ class RunSetup:
 @dataclass(frozen=True)
 class RunRequest:
     """One candidate to run on the kernel set up last. timeout_s is the hard limit the parent
-    enforces (it kills the process); layouts: the inputs read packed ahead (BuildResult)."""
+    enforces (it kills the process); layouts: the inputs read packed ahead (BuildResult);
+    cold: the inputs pushed out of the caches before each timed run (Device.evict), a large
+    model's weights, which its kernels read from memory."""
     artifact: bytes
     source: Source
     timing: Timing
     timeout_s: float
     config: Config | None = None
     layouts: Mapping[int, Hashable] = field(default_factory=dict)
+    cold: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

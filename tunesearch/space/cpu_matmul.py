@@ -135,6 +135,24 @@ def matmul_layout(kernel: Kernel, target: Target, gemm: tuple[int, int, int],
         # columns as 8, 4 and 1 at every step; 24 columns (16 and 8) stay
         # (docs/defaults.md)
         upcast[col] = whole
+    if not ktile and first == col and b_side in pack and set(pack) <= constants and \
+            domain[row] > upcast[row] and \
+            cpu_model.from_memory(target, reduce_size * domain[col] * itemsize) and \
+            not cpu_model.fits(target.l1d, reduce_size * upcast[row] * itemsize) and \
+            cpu_model.fits(target.l2, reduce_size * domain[row] * itemsize) and \
+            register_blocks(kernel, upcast)[col] % target.threads == 0:
+        # a weight that comes from memory in every call of a model, under row blocks whose
+        # sliver of the whole reduce leaves L1 while the column panel streams past (all the
+        # rows in L2: the weight's stream is what the kernel waits on): walked
+        # tile by tile of the reduce (each thread its own blocks once per tile,
+        # codegen/c_entry.py), the row sliver stays in L1 and the weight's next tile is
+        # fetched beside the arithmetic on this one, where untiled each column block's first
+        # row block waits on the stream of its whole panel. Where the row sliver stays in L1
+        # the tiles' partial sums cost more than the stream, and where the threads' runs of
+        # blocks split a column block, each reads the whole panel's tiles but fetches only
+        # its rows' shares of them (docs/defaults.md)
+        tile = model_ktile(kernel, target, Config.make(upcast=tuple(upcast)))
+        ktile = tile if tile < domain[n_out] else 0
     return dict(upcast=upcast, pack=pack, unroll=unroll, ktile=ktile, first=first,
                 last=last_axis, cblock=cblock, group_tile=group_tile)
 
