@@ -28,39 +28,8 @@ void ts_parallel(long n, int threads, void (*body)(void*, long, long), void* ctx
 void ts_parallel_grain(long n, int threads, long grain, void (*body)(void*, long, long),
                        void* ctx);
 
-struct counts { _Atomic int* runs; _Atomic long calls; pthread_t caller; _Atomic long others; };
-static void count(void* c, long lo, long hi) {
-  struct counts* k = c;
-  k->calls++;
-  if (!pthread_equal(pthread_self(), k->caller)) k->others++;
-  for (long i = lo; i < hi; i++) atomic_fetch_add(&k->runs[i], 1);
-}
-
-/* loops of random sizes (1 to max_n blocks) and teams (1 to 4); returns the number of blocks
-   that ran other than once, and how many blocks threads other than the caller ran */
-long run_loops(int loops, long max_n, unsigned seed, long* by_others) {
-  _Atomic int* runs = calloc(max_n, sizeof(int));
-  long wrong = 0;
-  *by_others = 0;
-  for (int l = 0; l < loops; l++) {
-    seed = seed * 1103515245u + 12345u;
-    long n = 1 + (seed >> 8) % max_n;
-    int threads = 1 + (seed >> 4) % 4;
-    struct counts k = {runs, 0, pthread_self(), 0};
-    ts_parallel(n, threads, count, &k);
-    for (long i = 0; i < n; i++) {
-      wrong += runs[i] != 1;
-      runs[i] = 0;
-    }
-    *by_others += k.others;
-  }
-  free(runs);
-  return wrong;
-}
-
-/* with a grain: a call of fewer iterations ends a thread's range of the static split (under
-   some team of 1 to `threads`), or it is counted short */
-struct grained { _Atomic int* runs; long n, grain; int threads; _Atomic long short_calls; };
+/* with a grain, a call of fewer iterations must end a thread's range of the static split
+   (under some team of 1 to `threads`); else it is counted short */
 static int ends_a_range(long n, int threads, long hi) {
   for (int team = 1; team <= threads; team++) {
     long q = n / team, extra = n % team;
@@ -69,26 +38,38 @@ static int ends_a_range(long n, int threads, long hi) {
   }
   return 0;
 }
-static void count_grained(void* c, long lo, long hi) {
-  struct grained* k = c;
+
+struct counts { _Atomic int* runs; pthread_t caller; _Atomic long others, short_calls;
+                long n, grain; int threads; };
+static void count(void* c, long lo, long hi) {
+  struct counts* k = c;
+  if (!pthread_equal(pthread_self(), k->caller)) k->others++;
   if (hi - lo < k->grain && !ends_a_range(k->n, k->threads, hi)) k->short_calls++;
   for (long i = lo; i < hi; i++) atomic_fetch_add(&k->runs[i], 1);
 }
-long run_grained_loops(int loops, long max_n, unsigned seed, long* short_calls) {
+
+/* loops of random sizes (1 to max_n blocks) and teams (1 to 4), through ts_parallel, or with
+   max_grain through ts_parallel_grain with grains of 1 to max_grain; returns the number of
+   blocks that ran other than once, and counts the calls threads other than the caller ran
+   and the calls handed fewer iterations than the grain */
+long run_loops(int loops, long max_n, unsigned seed, int max_grain, long* by_others,
+               long* short_calls) {
   _Atomic int* runs = calloc(max_n, sizeof(int));
   long wrong = 0;
-  *short_calls = 0;
+  *by_others = *short_calls = 0;
   for (int l = 0; l < loops; l++) {
     seed = seed * 1103515245u + 12345u;
     long n = 1 + (seed >> 8) % max_n;
     int threads = 1 + (seed >> 4) % 4;
-    long grain = 1 + (seed >> 16) % 12;
-    struct grained k = {runs, n, grain, threads, 0};
-    ts_parallel_grain(n, threads, grain, count_grained, &k);
+    long grain = max_grain ? 1 + (seed >> 16) % max_grain : 0;
+    struct counts k = {runs, pthread_self(), 0, 0, n, grain, threads};
+    if (grain) ts_parallel_grain(n, threads, grain, count, &k);
+    else ts_parallel(n, threads, count, &k);
     for (long i = 0; i < n; i++) {
       wrong += runs[i] != 1;
       runs[i] = 0;
     }
+    *by_others += k.others;
     *short_calls += k.short_calls;
   }
   free(runs);
@@ -105,10 +86,8 @@ def harness():
     path = device.compile(Source(HARNESS, "run_loops", "pool-harness"))
     lib = ctypes.CDLL(path.decode())
     lib.run_loops.restype = ctypes.c_long
-    lib.run_loops.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_uint,
-                              ctypes.POINTER(ctypes.c_long)]
-    lib.run_grained_loops.restype = ctypes.c_long
-    lib.run_grained_loops.argtypes = lib.run_loops.argtypes
+    lib.run_loops.argtypes = [ctypes.c_int, ctypes.c_long, ctypes.c_uint, ctypes.c_int,
+                              ctypes.POINTER(ctypes.c_long), ctypes.POINTER(ctypes.c_long)]
     return lib
 
 
@@ -128,14 +107,17 @@ def _busy(n: int):
             process.stdout.close()
 
 
-def _run(harness, loops: int, max_n: int, seed: int) -> tuple[int, int]:
-    by_others = ctypes.c_long()
-    wrong = harness.run_loops(loops, max_n, seed, ctypes.byref(by_others))
-    return wrong, by_others.value
+def _run(harness, loops: int, max_n: int, seed: int, max_grain: int = 0
+         ) -> tuple[int, int, int]:
+    """(blocks run other than once, calls run by other threads, calls short of the grain)"""
+    by_others, short_calls = ctypes.c_long(), ctypes.c_long()
+    wrong = harness.run_loops(loops, max_n, seed, max_grain, ctypes.byref(by_others),
+                              ctypes.byref(short_calls))
+    return wrong, by_others.value, short_calls.value
 
 
 def test_every_block_runs_once_on_a_quiet_machine(harness):
-    wrong, by_others = _run(harness, 4000, 300, 1)
+    wrong, by_others, _ = _run(harness, 4000, 300, 1)
     assert wrong == 0
     assert by_others > 0  # the workers took part
 
@@ -144,7 +126,7 @@ def test_every_block_runs_once_beside_processes_that_take_the_cores(harness):
     """Workers are descheduled in the middle of loops; the caller runs what they did not
     claim, and no block is lost or run twice."""
     with _busy(2):
-        wrong, _ = _run(harness, 3000, 300, 2)
+        wrong, _, _ = _run(harness, 3000, 300, 2)
     assert wrong == 0
 
 
@@ -152,11 +134,9 @@ def test_every_block_runs_once_beside_processes_that_take_the_cores(harness):
 def test_a_grain_hands_out_runs_at_least_that_long(harness, busy):
     """A loop walked tile by tile (codegen/c_entry.py) gets at least `grain` iterations a call,
     or what is left of a thread's range, quiet or with the cores taken; every block once."""
-    by_others = ctypes.c_long()
     with _busy(busy):
-        wrong = harness.run_grained_loops(2000, 300, 7 + busy, ctypes.byref(by_others))
-    assert wrong == 0
-    assert by_others.value == 0
+        wrong, _, short_calls = _run(harness, 2000, 300, 7 + busy, max_grain=12)
+    assert wrong == 0 and short_calls == 0
 
 
 def test_loops_entered_from_several_threads_at_once_each_run_whole(harness):

@@ -158,11 +158,7 @@ class CPUDevice(Device):
         return Program(run, timed, source, entry=ctypes.cast(fn, ctypes.c_void_p).value)
 
     def evict(self, buffers: list[Buffer]) -> bool:
-        lib = _evict_library_at(self.compile(Source(_EVICT_SOURCE, "ts_evict", "evict"))
-                                .decode())
-        # the smallest line of the CPUs this runs on (64 bytes: x86, most ARM cores) reaches
-        # every line of a CPU with longer ones too
-        line = min(self.target().l1d.line, 64)
+        lib, line = self._evictor()
         done = all([lib.ts_evict(_address(b), b.size * b.dtype.itemsize, line)
                     for b in buffers])
         # the pool's workers may have gone to sleep meanwhile: woken here, the next launch
@@ -170,6 +166,14 @@ class CPUDevice(Device):
         if self.threads > 1:
             self._pool.ts_fork_join(self.threads, 1)
         return done
+
+    @functools.cache
+    def _evictor(self) -> tuple[ctypes.CDLL, int]:
+        """The library of ts_evict, and the step it flushes by: the smallest line of the CPUs
+        this runs on (64 bytes: x86, most ARM cores), which reaches every line of a CPU with
+        longer ones too."""
+        path = self.compile(Source(_EVICT_SOURCE, "ts_evict", "evict")).decode()
+        return _evict_library_at(path), min(self.target().l1d.line, 64)
 
     def sequence(self, steps: list[tuple[Program, list[Buffer]]]) -> Callable[[], None]:
         """One C call runs every kernel of the sequence: the entries and the buffer addresses
