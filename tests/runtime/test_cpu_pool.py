@@ -28,8 +28,9 @@ void ts_parallel(long n, int threads, void (*body)(void*, long, long), void* ctx
 void ts_parallel_grain(long n, int threads, long grain, void (*body)(void*, long, long),
                        void* ctx);
 
-/* with a grain, a call of fewer iterations must end a thread's range of the static split
-   (under some team of 1 to `threads`); else it is counted short */
+/* with a grain, a call must end a thread's range of the static split (under some team of 1
+   to `threads`) or end on a multiple of the grain, and one that starts on a multiple must have
+   a grain of iterations or end a range; else it is counted as cut short */
 static int ends_a_range(long n, int threads, long hi) {
   for (int team = 1; team <= threads; team++) {
     long q = n / team, extra = n % team;
@@ -44,7 +45,9 @@ struct counts { _Atomic int* runs; pthread_t caller; _Atomic long others, short_
 static void count(void* c, long lo, long hi) {
   struct counts* k = c;
   if (!pthread_equal(pthread_self(), k->caller)) k->others++;
-  if (hi - lo < k->grain && !ends_a_range(k->n, k->threads, hi)) k->short_calls++;
+  if (k->grain && !ends_a_range(k->n, k->threads, hi) &&
+      (hi % k->grain || (lo % k->grain == 0 && hi - lo < k->grain)))
+    k->short_calls++;
   for (long i = lo; i < hi; i++) atomic_fetch_add(&k->runs[i], 1);
 }
 
@@ -131,9 +134,10 @@ def test_every_block_runs_once_beside_processes_that_take_the_cores(harness):
 
 
 @pytest.mark.parametrize("busy", [0, 2])
-def test_a_grain_hands_out_runs_at_least_that_long(harness, busy):
-    """A loop walked tile by tile (codegen/c_entry.py) gets at least `grain` iterations a call,
-    or what is left of a thread's range, quiet or with the cores taken; every block once."""
+def test_a_grain_hands_out_whole_outer_blocks(harness, busy):
+    """A loop walked tile by tile (codegen/c_entry.py) is handed whole outer blocks (runs that
+    end on a multiple of the grain, a grain or more from one), or what is left of a thread's
+    range, quiet or with the cores taken; every block once."""
     with _busy(busy):
         wrong, _, short_calls = _run(harness, 2000, 300, 7 + busy, max_grain=12)
     assert wrong == 0 and short_calls == 0

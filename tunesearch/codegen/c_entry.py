@@ -96,7 +96,7 @@ def block_loops(ck: CKernel, dispatch: list[str]) -> list[str]:
         rest = ck.order[1:]
     if shared:
         # parallel.py runs these loops as one flat loop, a range of the first `shared` per call;
-        # a tile walk takes at least one outer block's shared blocks at a time
+        # a tile walk is handed whole outer blocks' shared blocks (cut at their ends)
         tiles = (ck.ktile, ck.red_sizes[0], math.prod(ck.nblocks[a] for a in rest[1:shared])) \
             if ck.tile_walk else None
         nest.append(shared_loop(ck.threads, shared, len(rest) - shared if flat else 0, tiles))

@@ -28,7 +28,7 @@ def shared_loop(threads: int, collapse: int = 1, flat: int = 0,
     nested right inside them that run in the same flat loop as they do (block loops: see
     codegen/c_entry.block_loops), each shared iteration a range of it. tiles: (ktile, the
     first reduce axis's size, grain): each thread walks its range once per k tile of that
-    axis (k_tiles_open), taking at least `grain` shared iterations at a time."""
+    axis (k_tiles_open), handed runs cut at multiples of `grain` shared iterations."""
     walk = ""
     if tiles is not None:
         ktile, size, grain = tiles

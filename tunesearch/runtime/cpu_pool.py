@@ -39,8 +39,8 @@ typedef void (*ts_body)(void* ctx, long begin, long end);
 
 struct ts_range {             /* one thread's run of blocks; a cache line of its own */
   _Atomic uint64_t cursor;    /* the loop's epoch << 32 | the next unclaimed block */
-  _Atomic long end, chunk;
-  char pad[40];
+  _Atomic long end, chunk, grain;
+  char pad[32];
 };
 
 static struct {
@@ -86,11 +86,15 @@ static int claim(struct ts_range* r, uint32_t e, long* lo, long* hi) {
     long pos = (long)(uint32_t)v;
     long end = atomic_load_explicit(&r->end, memory_order_relaxed);
     long chunk = atomic_load_explicit(&r->chunk, memory_order_relaxed);
+    long grain = atomic_load_explicit(&r->grain, memory_order_relaxed);
     /* an end or chunk of the next loop read here means the cursor was already reset for it
        (ts_parallel resets cursors first): the exchange below then fails */
     atomic_thread_fence(memory_order_acquire);
     if (pos >= end) return 0;
     long next = pos + chunk < end ? pos + chunk : end;
+    /* a chunk ends on a multiple of the grain where one lies inside it: a thread's run
+       that starts inside an outer block finishes that block, then takes whole ones */
+    if (grain > 1 && next < end && next / grain * grain > pos) next = next / grain * grain;
     if (atomic_compare_exchange_weak_explicit(&r->cursor, &v, ((uint64_t)e << 32) | next,
                                               memory_order_acq_rel, memory_order_acquire)) {
       *lo = pos;
@@ -169,8 +173,10 @@ int ts_pool_threads(void) { return pool.started ? pool.started : pool.threads; }
 
 
 /* body(ctx, lo, hi) over [0, n) shared by up to `threads` threads, the caller one of them;
-   each call of body gets at least `grain` iterations of a thread's range (or all of it): a
-   body that walks its range tile by tile of the reduce reuses each tile across them */
+   each call of body gets at least `grain` iterations of a thread's range (or the rest of it,
+   or up to the next multiple of `grain`), its end on a multiple of `grain` where one lies
+   inside it: a body that walks its range tile by tile of the reduce reuses each tile across
+   the iterations of one outer block */
 void ts_parallel_grain(long n, int threads, long grain, ts_body body, void* ctx) {
   if (n <= 0) return;
   if (threads <= 1 || n == 1 || pool.threads <= 1 || pthread_mutex_trylock(&pool.lock) != 0) {
@@ -201,6 +207,7 @@ void ts_parallel_grain(long n, int threads, long grain, ts_body body, void* ctx)
     atomic_store_explicit(&pool.ranges[t].end, start + len, memory_order_relaxed);
     long chunk = len / TS_CHUNKS > grain ? len / TS_CHUNKS : grain;
     atomic_store_explicit(&pool.ranges[t].chunk, chunk > 1 ? chunk : 1, memory_order_relaxed);
+    atomic_store_explicit(&pool.ranges[t].grain, grain, memory_order_relaxed);
   }
   atomic_store(&pool.epoch, e);                 /* publishes the loop (sequentially consistent) */
   if (atomic_load(&pool.sleepers) > 0) wake_all(&pool.epoch);
