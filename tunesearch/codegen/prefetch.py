@@ -68,31 +68,31 @@ def fetch_lines(pack: PackInfo, index: int, order: tuple[int, ...], upcast: tupl
         place = f"({place})*{nblocks[a]}+(o{a}/{upcast[a]})" if place != "0" \
             else f"(o{a}/{upcast[a]})"
     steps, slice_bytes = _slice(pack, red_sizes, ktile)
+    own = f"(o{outer}/{upcast[outer]})"
+    following = f"(o{outer}/{upcast[outer]}+1)"
+    has_next = f"{following} < {nblocks[outer]}"
     share = -(-slice_bytes // inner_blocks)
     per_step = -(-share // steps)  # bytes a reduce step fetches: a line every few steps or more
     if ktile:  # the last k tile may be shorter: its shares are of the rows it has
         row_bytes, size = slice_bytes // ktile, red_sizes[0]
         # a walk fetches the block's next tile, the next block's first after the last
         rows = (f"(!last ? (k0+kn+{ktile} <= {size} ? {ktile} : {size}-k0-kn) : "
-                f"(o{order[0]}/{upcast[order[0]]}+1) < {nblocks[order[0]]} ? {ktile} : kn)") \
-            if walk else "(kn)"
+                f"{has_next} ? {ktile} : kn)") if walk else "(kn)"
         share = f"({rows}*{row_bytes}+{inner_blocks - 1})/{inner_blocks}"
     zeros = ["0"] * (len(pack.reduce) - 1)
     first = ["k0" if ktile else "0"] + zeros
     lanes = ["0"] * len(pack.lanes)
-    following = f"(o{outer}/{upcast[outer]}+1)"
-    ahead = panel_offset(pack, [following], first, lanes)
-    # past the last outer block: the first block's next k tile, or (untiled) the current
-    # block's own panel, which is in cache already
-    wrap = panel_offset(pack, ["0"], ["k0+kn"] + zeros, lanes) if ktile else \
-        panel_offset(pack, [f"(o{outer}/{upcast[outer]})"], first, lanes)
-    target = f"{following} < {nblocks[outer]} ? {ahead} : {wrap}"
     if walk:
-        own = f"(o{outer}/{upcast[outer]})"
         next_tile = panel_offset(pack, [own], ["k0+kn"] + zeros, lanes)
         next_block = panel_offset(pack, [following], ["0"] + zeros, lanes)
-        target = (f"!last ? {next_tile} : {following} < {nblocks[outer]} ? {next_block} : "
-                  f"{panel_offset(pack, [own], ['k0'] + zeros, lanes)}")
+        target = (f"!last ? {next_tile} : {has_next} ? {next_block} : "
+                  f"{panel_offset(pack, [own], first, lanes)}")
+    else:
+        # past the last outer block: the first block's next k tile, or (untiled) the current
+        # block's own panel, which is in cache already
+        wrap = panel_offset(pack, ["0"], ["k0+kn"] + zeros, lanes) if ktile else \
+            panel_offset(pack, [own], first, lanes)
+        target = f"{has_next} ? {panel_offset(pack, [following], first, lanes)} : {wrap}"
     declaration = f"const char* nx{index} = (const char*)&pk{index}[{target}] + ({place})*{share};"
     stride = per_step
     if walk:  # the next slice fetched over this tile's steps, which may be the short last one
