@@ -223,27 +223,30 @@ def test_constant_operands_are_timed_packed_ahead_and_verified():
             assert result.ok and not measurer._built[(kernel.key, other)].layouts
 
 
-def test_weights_larger_than_the_caches_keep_are_timed_from_memory_and_verified():
-    """A weight that takes more than half a core's L2 is pushed out of the caches before each
-    timed run (a model's kernel reads it from memory: every other kernel ran since), a small
-    one is not; candidates timed so, the weight's k tile walked by each thread among them,
-    still match the reference."""
+def test_a_models_weights_are_timed_from_memory_and_verified():
+    """Every weight of a model is pushed out of the caches before each timed run (its kernel
+    reads it from memory in the model: every other kernel ran since), the small one as the one
+    past half of L2; candidates timed so, the large weight's k tile walked by each thread
+    among them, still match the reference."""
     device = get_device("cpu")
     target = device.info().target
-    small = matmul(37, 64, 48)
-    assert from_memory(small, frozenset({2}), target) == ()
+    assert from_memory(frozenset({2})) == (2,)
+    assert from_memory(frozenset({3, 1})) == (1, 3)
+    assert from_memory(frozenset()) == ()
     depth = 1024
     cols = max(64, -(-target.l2.size // (2 * depth * 4)) + 16)  # just past half of L2
     kernel = matmul(49, depth, cols)
-    assert from_memory(kernel, frozenset({2}), target) == (2,)
-    assert from_memory(kernel, frozenset(), target) == ()
     space = space_for(kernel, target, frozenset({2}))
     default = space.default()
     configs = [default] + [c for c in space.neighbours(default) if c.get("ktile")][:2]
+    small = matmul(37, 64, 48)
     with DeviceMeasurer("cpu") as measurer:
-        measurer.use_constants({kernel.key: frozenset({2})})
+        measurer.use_constants({kernel.key: frozenset({2}), small.key: frozenset({2})})
         results = measurer.measure(kernel, configs)
-    assert all(r.ok and r.max_error <= verify.tolerance(kernel) for r in results), results
+        results += measurer.measure(small, [space_for(small, target, frozenset({2})).default()])
+    assert all(r.ok for r in results), results
+    kernels = [kernel] * len(configs) + [small]
+    assert all(r.max_error <= verify.tolerance(k) for r, k in zip(results, kernels))
 
 
 def test_the_cpu_pushes_a_buffer_out_of_its_caches_and_keeps_its_values():

@@ -49,7 +49,31 @@ def matmul_layout(kernel: Kernel, target: Target, gemm: tuple[int, int, int],
     one that keeps every row beside a column sliver in L2 (_rows_tile); a column panel
     streamed from rows a page or more apart filled several column blocks at once
     (fill_group), under a k tile where the whole reduce leaves no room for that (group_tile:
-    the tile was taken for the group alone)."""
+    the tile was taken for the group alone); and a model's weight walked by the model's k tile
+    where the row sliver of the whole reduce leaves L1, on the best block whose column blocks
+    the threads split evenly."""
+    layout = _matmul_layout(kernel, target, gemm, upcast_choices, constants)
+    if layout.pop("walk_uneven"):
+        # the walk would pay but for a register block whose column blocks the threads split
+        # unevenly: the best block among those they split evenly, where it walks
+        row, col, _ = gemm
+        threads = target.threads
+
+        def even(choices: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(c for c in choices if -(-kernel.domain[col] // c) % threads == 0)
+        walked = _matmul_layout(kernel, target, gemm, lambda a: even(upcast_choices(a))
+                                if a == col else upcast_choices(a), constants)
+        if not walked.pop("walk_uneven") and walked["ktile"] and even(
+                (walked["upcast"][col],)):
+            return walked
+    return layout
+
+
+def _matmul_layout(kernel: Kernel, target: Target, gemm: tuple[int, int, int],
+                   upcast_choices: UpcastChoices, constants: frozenset[int]) -> dict[str, Any]:
+    """matmul_layout's knobs for the register block the model takes among upcast_choices,
+    and whether the walk was not taken only because the threads split its column blocks
+    unevenly (walk_uneven)."""
     n_out, domain = kernel.n_out, kernel.domain
     itemsize = kernel.buffers[0].dtype.itemsize
     upcast = [1] * n_out
@@ -135,15 +159,15 @@ def matmul_layout(kernel: Kernel, target: Target, gemm: tuple[int, int, int],
         # columns as 8, 4 and 1 at every step; 24 columns (16 and 8) stay
         # (docs/defaults.md)
         upcast[col] = whole
-    if not ktile and first == col and b_side in pack and set(pack) <= constants and \
-            domain[row] > upcast[row] and \
-            cpu_model.from_memory(target, reduce_size * domain[col] * itemsize) and \
-            not cpu_model.fits(target.l1d, reduce_size * upcast[row] * itemsize) and \
-            cpu_model.fits(target.l2, reduce_size * domain[row] * itemsize) and \
-            register_blocks(kernel, upcast)[col] % target.threads == 0:
-        # a weight that comes from memory in every call of a model, under row blocks whose
-        # sliver of the whole reduce leaves L1 while the column panel streams past (all the
-        # rows in L2: the weight's stream is what the kernel waits on): walked
+    walk = not ktile and first == col and b_side in pack and set(pack) <= constants and \
+        domain[row] > upcast[row] and \
+        not cpu_model.fits(target.l1d, reduce_size * upcast[row] * itemsize) and \
+        cpu_model.fits(target.l2, reduce_size * domain[row] * itemsize)
+    walk_uneven = walk and register_blocks(kernel, upcast)[col] % target.threads != 0
+    if walk and not walk_uneven:
+        # a weight (from memory in every call of a model, search/measure.from_memory) under
+        # row blocks whose sliver of the whole reduce leaves L1 while the panel streams past
+        # (all the rows in L2: the weight's stream is what the kernel waits on): walked
         # tile by tile of the reduce (each thread its own blocks once per tile,
         # codegen/c_entry.py), the row sliver stays in L1 and the weight's next tile is
         # fetched beside the arithmetic on this one, where untiled each column block's first
@@ -154,7 +178,7 @@ def matmul_layout(kernel: Kernel, target: Target, gemm: tuple[int, int, int],
         tile = model_ktile(kernel, target, Config.make(upcast=tuple(upcast)))
         ktile = tile if tile < domain[n_out] else 0
     return dict(upcast=upcast, pack=pack, unroll=unroll, ktile=ktile, first=first,
-                last=last_axis, cblock=cblock, group_tile=group_tile)
+                last=last_axis, cblock=cblock, group_tile=group_tile, walk_uneven=walk_uneven)
 
 
 def _reduce_step_bytes(view, reduce_axes: list[int], itemsize: int) -> int:

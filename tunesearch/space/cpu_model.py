@@ -150,13 +150,6 @@ def fits(cache: Cache, nbytes: int) -> bool:
     return nbytes <= cache.size // 2
 
 
-def from_memory(target: Target, weight_bytes: int) -> bool:
-    """Whether a model's weight comes from memory (or a last-level cache shared with the rest
-    of the machine) each time its kernel runs: where it takes more than half a core's L2,
-    since every other kernel of the model runs between two calls of this one."""
-    return not fits(target.l2, weight_bytes)
-
-
 def holds(cache: Cache, nbytes: int) -> bool:
     """Whether data that is the whole working set of a loop stays in cache: all ways but one
     of every set (the one left for what passes through)."""

@@ -37,10 +37,22 @@ def last_upcasts(lanes: int) -> tuple[int, ...]:
     return tuple(sorted(set(LAST_UPCASTS) | {lanes * m for m in range(1, 7)}))
 
 
+def row_blocks(size: int) -> tuple[int, ...]:
+    """Blocks of an axis before the lanes: UPCASTS, and the divisors of its size up to 8
+    (UPCASTS has every block below 8 but 7). A map of side 7 * 2^k (7x7 to 112x112) has
+    7 | its positions: 49 positions in blocks of 7 leave no tail where blocks of 6 take a
+    ninth for the last row, and 192 columns then go in four blocks of 48, which two threads
+    share evenly, not three of 64 (docs/defaults.md)."""
+    divisors = {d for d in range(2, 9) if size % d == 0}
+    return tuple(sorted(set(divisors_and_blocks(size, UPCASTS)) | divisors))
+
+
 def matmul_block(target, rows: int, columns: int, reduce: int,
                  itemsize: int = 4) -> cpu_model.RegisterBlock:
-    """The register block the default takes for a matmul of rows x columns over a reduce of
-    that length, from the blocks this space offers (cpu_default.default_layout)."""
+    """The register block the lowering weighs a convolution's layouts by (lowering/conv.py), for
+    a matmul of rows x columns over a reduce of that length: the default's model over UPCASTS'
+    rows, without row_blocks' divisors, on which a 7x7 map's row block ties with its 49
+    positions' and its convolution went to windows read in place, slower (docs/defaults.md)."""
     return cpu_model.register_block(
         target, itemsize, rows_max=rows, columns_max=columns, sizes=(rows, columns),
         row_choices=divisors_and_blocks(rows, UPCASTS),
@@ -89,7 +101,7 @@ class CPUSpace(Space):
     def _upcast_choices(self, axis: int) -> tuple[int, ...]:
         k = self.kernel
         if axis < k.n_out - 1:
-            return divisors_and_blocks(k.domain[axis], UPCASTS)
+            return row_blocks(k.domain[axis])
         whole = self._whole_vectors(axis)
         return tuple(sorted(set(divisors_and_blocks(k.domain[axis], self._last_upcasts()))
                             | ({whole} if whole in self._last_upcasts() else set())))
