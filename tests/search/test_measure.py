@@ -225,8 +225,8 @@ def test_constant_operands_are_timed_packed_ahead_and_verified():
 
 def test_a_models_weights_are_timed_from_memory_and_verified():
     """Every weight of a model is pushed out of the caches before each timed run (its kernel
-    reads it from memory in the model: every other kernel ran since), the small one as the one
-    past half of L2; candidates timed so, the large weight's k tile walked by each thread
+    reads it from memory in the model: every other kernel ran since), a small one as well as
+    one past half of L2; candidates timed so, the large weight's k tile walked by each thread
     among them, still match the reference."""
     device = get_device("cpu")
     target = device.info().target

@@ -821,3 +821,28 @@ def test_a_batch_axis_of_a_reduce_goes_outermost(level):
             assert gemm_axes(kernel) is None and not batch_axes(kernel)
         else:
             assert order[0] == batch[0], (name, kernel.name, order)
+
+
+def test_a_models_weight_is_walked_on_a_block_whose_column_blocks_the_threads_split_evenly():
+    """inception_v2's 1x1 and 3x3 convolutions over 7x7 maps as matmuls (49 positions, the
+    weight the column side) on two cores with a 48 KiB L1: every weight of a model comes from
+    memory, so where a row block's sliver of the whole reduce leaves half of L1 it is walked by
+    the model's k tile. 49 positions take blocks of 7 rows (no tail), 192 columns four blocks
+    of 48. 224 columns in the model's blocks of 80 are three, which two threads split
+    unevenly: walked on the best block they split evenly (6x64, four). The same matmul with a
+    B that is no weight is neither packed nor walked; 128 columns of 6x64 (a 24 KiB sliver,
+    within half of L1) are not walked."""
+    target = dataclasses.replace(LEVELS["avx512"], threads=2, l1d=Cache(48 << 10, 12),
+                                 l2=Cache(2 << 20, 16))
+
+    def default(m, k, n, weight=True):
+        kernel = _matmul(m, k, n)
+        _, col, b_side = gemm_axes(kernel)
+        space = space_for(kernel, target, frozenset({b_side}) if weight else frozenset())
+        config = space.default()
+        assert space.validate(config) is None
+        return config.get("upcast"), config.get("ktile")
+    assert default(49, 1024, 192) == ((7, 48), 128)
+    assert default(49, 2016, 224) == ((6, 64), 128)
+    assert default(49, 2016, 224, weight=False) == ((5, 80), 0)
+    assert default(49, 1024, 128) == ((6, 64), 0)
