@@ -230,8 +230,9 @@ class DeviceMeasurer(Measurer):
                 timing = replace(timing, cutoff_s=cutoff)
             timeout = self.timeout_s + timing.min_time_s + \
                 (2 + timing.warmup + timing.min_repeats) * cutoff
+        cold = from_memory(self._constants.get(state.kernel.key, frozenset()))
         ran = self.runner.run(RunRequest(built.artifact, built.source, timing, timeout, config,
-                                         built.layouts, self._from_memory(state.kernel)))
+                                         built.layouts, cold))
         if not ran.ok:
             return MeasureResult.failed(config, ran.error, ran.message)
         if ran.violation is not None:
@@ -248,11 +249,6 @@ class DeviceMeasurer(Measurer):
         if state.best_s is None or result.time_s < state.best_s:
             state.best_s = result.time_s
         return result
-
-    def _from_memory(self, kernel: Kernel) -> tuple[int, ...]:
-        """The constant inputs a candidate is timed with out of the caches (see
-        from_memory)."""
-        return from_memory(self._constants.get(kernel.key, frozenset()))
 
     def close(self) -> None:
         self.runner.close()

@@ -56,7 +56,7 @@ def matmul_layout(kernel: Kernel, target: Target, gemm: tuple[int, int, int],
     if layout.pop("walk_uneven"):
         # the walk would pay but for a register block whose column blocks the threads split
         # unevenly: the best block among those they split evenly, where it walks
-        row, col, _ = gemm
+        _, col, _ = gemm
         threads = target.threads
 
         def even(choices: tuple[int, ...]) -> tuple[int, ...]:
