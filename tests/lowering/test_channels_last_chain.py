@@ -138,11 +138,12 @@ def test_a_value_left_channels_first_keeps_the_pointwise_matmul_over_positions()
     ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], count_include_pad=1)),
     ("MaxPool", dict(kernel_shape=[1, 3], strides=[1, 3]))])
 def test_a_pool_of_a_channels_last_value_runs_along_the_channels(op, attrs):
-    """A pool of a value stored channels last reads its windows channels last (from the
-    value itself where the windows need no padding, else from its padded buffer, channels last
-    too, whose interior the convolution writes with its epilogue and whose border kernels of
-    their own fill): its lanes are the channels, and its result is stored channels last, which
-    the pointwise convolution after it reads as it lies. No copy but the input's."""
+    """A pool of a value stored channels last runs its lanes along the channels, and its
+    result is stored channels last, which the pointwise convolution after it reads as it
+    lies. Windows that need no padding are reduced read in place from the value; windows that
+    reach into the padding are combined tap by tap, each tap a strided view of the value
+    masked where it falls in the padding: no padded buffer, no border kernels, the
+    convolution before it writes only its own output. No copy but the input's."""
     width, inits = _first_width(), []
     kh, kw = attrs["kernel_shape"]
     pads = attrs.get("pads", [0] * 4)
@@ -152,14 +153,18 @@ def test_a_pool_of_a_channels_last_value_runs_along_the_channels(op, attrs):
                     _conv("p", "q", MID, 24, 1, inits), helper.make_node("Relu", ["p"], ["y"])],
                    24, out, inits)
     kernels = kernels_matching_onnxruntime(proto, 5)
-    conv, pool, pointwise = _reduces(kernels)
-    assert pool.domain[:pool.n_out] == (1, *out, MID), pool.name
+    names = [kernel.name for kernel in kernels]
+    assert len(kernels) == 4 and not _borders(kernels), names
+    copy, conv, pool, pointwise = kernels
+    assert copy.n_reduce == 0 and conv.n_reduce and pointwise.n_reduce, names
+    assert conv.buffers[0].size == 2 * width * MID  # its own output, no padded buffer
+    assert bool(pool.n_reduce) != any(pads), names  # tap by tap where padded
+    assert pool.domain[:pool.n_out] == (1, *out, MID) if pool.n_reduce else \
+        pool.domain == (1, *out, MID), pool.name
+    assert pool.out_view.strides[len(out) + 1] == 1
     assert all(view.strides[pool.n_out - 1] == 1 for _, view in _reads(pool.expr)
                if view.strides[pool.n_out - 1])
     assert pointwise.domain == (1, 1, out[0] * out[1], 24, MID)
-    assert len(_copies(kernels)) == 1, [kernel.name for kernel in kernels]
-    assert bool(_borders(kernels)) == any(pads), [kernel.name for kernel in kernels]
-    assert (conv.buffers[0].size > 2 * width * MID) == any(pads)
 
 
 def test_a_pool_of_a_channels_first_value_keeps_its_lanes_along_a_row():

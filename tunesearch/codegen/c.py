@@ -93,7 +93,7 @@ def header(ck: CKernel) -> list[str]:
     # the pragma first: a function compiled with other options is not inlined into the kernel
     lines = [HEADER] + ([NO_LIBCALLS] if whole_blocks else []) + [VECTOR_MATH] \
         + ([NO_THREADING] if ck.masked_off_lanes else []) \
-        + ([KEEP] if ck.masked or ck.gathered else []) \
+        + ([KEEP] if ck.masked or ck.gathered or ck.selects else []) \
         + [SCRATCH] + ([DECLARATION] if ck.parallel else [])
     if ck.two_axis_block:  # its accumulators stay in registers
         lines += [NO_SLP, NO_HOIST]

@@ -9,6 +9,7 @@ from tunesearch.codegen.dialect import Dialect
 from tunesearch.codegen.panels import padded_axes
 from tunesearch.graph.dtypes import DType, dtypes
 from tunesearch.graph.kernel import Kernel
+from tunesearch.graph.ops import BinaryOps
 from tunesearch.space.config import Config
 from tunesearch.space.kernel_shape import interior_ranges, masked_axes
 from tunesearch.space.panel_layout import PackInfo
@@ -22,6 +23,13 @@ class CDialect(Dialect):
 
     def recip_one_plus_exp2(self, x: str, dtype: DType) -> str | None:
         return f"ts_recip_1_exp2f({x})" if dtype is dtypes.float32 else None
+
+    def select(self, cond: str, a: str, b: str, dtype: DType) -> str:
+        """A float picked through its bits (codegen/masked_loads.py): GCC sinks a read that
+        only one side of `cond ? a : b` uses under a branch, and where cond is the same for
+        every lane (a pool's tap in the padding) the block then runs one element at a time."""
+        return f"ts_select(!!({cond}),{a},{b})" if dtype is dtypes.float32 else \
+            super().select(cond, a, b, dtype)
 
 
 def buffer_params(kernel: Kernel, dialect: Dialect) -> str:
@@ -91,6 +99,8 @@ class CKernel:
         self.inner_size = math.prod(red_sizes[1:]) if self.flat else 1
         self.masked = any(n.arg[1].mask is not None for n in kernel.loads())
         self.gathered = bool(kernel.gathers())
+        self.selects = any(n.op is BinaryOps.WHERE and n.dtype is dtypes.float32
+                           for n in kernel.expr.walk())
         self.inside_masks = interior_ranges(kernel)
         # the lanes' axis gets a flag of its own where other axes are masked too: a block whose
         # rows lie inside (most of a padded map's) tests only its lanes against the mask

@@ -18,6 +18,8 @@ element at a time (docs/defaults.md). So:
   at a time.
 
 Where a test passes, its clamp changes nothing, so the value read is the one the plain read gives.
+A select (`where`, a pool's padding value) is picked through the bits the same way
+(`ts_select`, CDialect.select): under `test ? read : value` GCC moves the read into a branch.
 """
 from __future__ import annotations
 
@@ -28,11 +30,16 @@ from tunesearch.graph.kernel import KNode
 from tunesearch.graph.view import View
 from tunesearch.codegen.dialect import Dialect, mask_tests
 
-# a float kept or zeroed by an int test (0 or 1) through its bits
+# a float kept or zeroed by an int test (0 or 1) through its bits, and one of two floats
+# picked so
 KEEP = """#ifndef TUNESEARCH_KEEP
 #define TUNESEARCH_KEEP
 static inline float ts_keep(float v, int keep) {
   int b; memcpy(&b, &v, 4); b &= -keep; memcpy(&v, &b, 4); return v;
+}
+static inline float ts_select(int pick, float a, float b) {
+  int x, y; memcpy(&x, &a, 4); memcpy(&y, &b, 4); x = (x & -pick) | (y & ~-pick);
+  memcpy(&a, &x, 4); return a;
 }
 #endif
 """

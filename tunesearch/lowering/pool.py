@@ -11,7 +11,8 @@ import math
 import numpy as np
 
 from tunesearch.errors import ShapeError
-from tunesearch.lowering.windows import output_sizes, pool_windows, stored_channels_last
+from tunesearch.lowering.windows import (channel_taps, output_sizes, pool_windows,
+                                         stored_channels_last, window_pads)
 
 
 def _geometry(x, kernel, strides, dilations, pads, ceil_mode: bool):
@@ -22,10 +23,34 @@ def _geometry(x, kernel, strides, dilations, pads, ceil_mode: bool):
     return output_sizes(x.shape[2:], kernel, strides, dilations, pads, ceil_mode)
 
 
+def _tap_by_tap(x, kernel, strides, dilations, pads, outs) -> bool:
+    """Whether a pool combines its windows tap by tap, read from x as it lies
+    (windows.channel_taps), rather than reducing them from a padded copy: over a value stored
+    channels last whose windows reach into the padding."""
+    pad = window_pads(x.shape[2:], kernel, strides, dilations, pads, outs)
+    return stored_channels_last(x) is not None and any(lo > 0 or hi > 0 for lo, hi in pad)
+
+
+def _by_taps(taps, op, scale=None):
+    """The taps ([batch, outs..., channels]) combined by op (then times scale, a number or a
+    map of [outs...]), written channels last and read back as [batch, channels, outs...]."""
+    out = taps[0]
+    for tap in taps[1:]:
+        out = op(out, tap)
+    n = out.ndim - 2
+    if scale is not None:
+        out = out * (scale if isinstance(scale, float) else
+                     scale.reshape(1, *scale.shape, 1))
+    return out.materialize().permute(0, n + 1, *range(1, n + 1))
+
+
 def max_pool(x, kernel, strides, dilations, pads, ceil_mode: bool = False):
     """The largest element of each window; padding never wins."""
     outs = _geometry(x, kernel, strides, dilations, pads, ceil_mode)
     low = -math.inf if x.dtype.is_float else int(np.iinfo(np.int32).min)
+    if _tap_by_tap(x, kernel, strides, dilations, pads, outs):
+        return _by_taps(channel_taps(x, kernel, strides, dilations, pads, outs, low),
+                        lambda a, b: a.maximum(b))
     wins, back = pool_windows(x, kernel, strides, dilations, pads, outs, low)
     return back(wins.max(tuple(range(-len(kernel), 0))))
 
@@ -36,16 +61,20 @@ def average_pool(x, kernel, strides, dilations, pads, ceil_mode: bool = False,
     counted, never the part a ceil_mode window reaches beyond it), or over the taps inside the
     input. The counts are known at build time: one scale, or a constant map of them."""
     outs = _geometry(x, kernel, strides, dilations, pads, ceil_mode)
-    wins, back = pool_windows(x, kernel, strides, dilations, pads, outs, 0.0)
-    summed = back(wins.sum(tuple(range(-len(kernel), 0))))
     counts = np.ones((), np.float64)
     for i, k, s, d, (b, e), o in zip(x.shape[2:], kernel, strides, dilations, pads, outs):
         pos = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d - b
         lo, hi = (-b, i + e) if count_include_pad else (0, i)
         counts = np.multiply.outer(counts, ((pos >= lo) & (pos < hi)).sum(1))
     if np.all(counts == counts.reshape(-1)[0]):
-        return summed * float(1.0 / counts.reshape(-1)[0])
-    return summed * type(x)((1.0 / counts).astype(np.float32), device=x.device)
+        scale = float(1.0 / counts.reshape(-1)[0])
+    else:
+        scale = type(x)((1.0 / counts).astype(np.float32), device=x.device)
+    if _tap_by_tap(x, kernel, strides, dilations, pads, outs):
+        return _by_taps(channel_taps(x, kernel, strides, dilations, pads, outs),
+                        lambda a, b: a + b, scale)
+    wins, back = pool_windows(x, kernel, strides, dilations, pads, outs, 0.0)
+    return back(wins.sum(tuple(range(-len(kernel), 0)))) * scale
 
 
 def local_response_norm(x, size: int, alpha: float, beta: float, bias: float):

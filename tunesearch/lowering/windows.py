@@ -6,10 +6,15 @@ copied out one by one except by an im2col form, which the convolution chooses (l
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable, Sequence
 
 from tunesearch.errors import ShapeError
+from tunesearch.graph import lazy
+from tunesearch.graph.dtypes import dtypes
+from tunesearch.graph.schedule import backing_node
+from tunesearch.graph.view import View
 from tunesearch.runtime.device import get_device
 
 
@@ -152,3 +157,37 @@ def channel_windows(x, kernel, strides, dilations, pads, outs, value: float = 0.
     wins = padded.as_strided([batch, *outs, channels, *kernel],
                              [batch_step, *place_steps, 1, *tap_steps])
     return wins, lambda out: out.permute(0, n + 1, *range(1, n + 1))
+
+
+def channel_taps(x, kernel, strides, dilations, pads, outs, value: float = 0.0) -> list:
+    """The windows of x (stored channels last) one tap at a time: per tap, [batch, outs...,
+    channels] read from x's own buffer through one strided view, masked (value there) where
+    the tap falls in the padding. A pool built from them reads x as it lies, where
+    channel_windows would first write its padded copy: one pass over the input fewer, and the
+    blocks inside every mask run unmasked (space.kernel_shape.interior_ranges)."""
+    n, (batch, channels), spatial = len(outs), x.shape[:2], x.shape[2:]
+    stored = x.permute(0, *range(2, 2 + n), 1).materialize()
+    target = backing_node(stored.node) or stored.node
+    steps = [math.prod(stored.shape[i + 1:]) for i in range(n + 2)]
+    shape = (batch, *outs, channels)
+    strides_out = (steps[0], *[s * st for s, st in zip(strides, steps[1:1 + n])], 1)
+    taps = []
+    for tap in itertools.product(*[range(k) for k in kernel]):
+        starts = [t * d - b for t, d, (b, _) in zip(tap, dilations, pads)]
+        box = [(0, batch)]
+        for start, s, size, o in zip(starts, strides, spatial, outs):
+            lo = min(o, max(0, -(start // s) if start < 0 else 0))
+            hi = max(lo, min(o, (size - 1 - start) // s + 1))
+            box.append((lo, hi))
+        box.append((0, channels))
+        full = all(b == (0, size) for b, size in zip(box, shape))
+        mask = None if full else tuple(box)
+        offset = sum(st * step for st, step in zip(starts, steps[1:1 + n]))
+        view = View.make(shape, strides_out, offset, mask)
+        read = type(x)(lazy.load(target, view))
+        if mask is not None and value != 0:
+            inside = type(x)(lazy.LazyNode("const", (), (True, View.make(
+                shape, (0,) * len(shape), 0, mask)), shape, dtypes.bool, x.device))
+            read = inside.where(read, read._scalar_like(value))
+        taps.append(read)
+    return taps
