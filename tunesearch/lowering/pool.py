@@ -12,7 +12,8 @@ import numpy as np
 
 from tunesearch.errors import ShapeError
 from tunesearch.lowering.windows import (channel_taps, output_sizes, pool_windows,
-                                         stored_channels_last, window_pads)
+                                         stored_channels_last, taps_stored_channels_last,
+                                         window_pads)
 
 
 def _geometry(x, kernel, strides, dilations, pads, ceil_mode: bool):
@@ -33,15 +34,14 @@ def _tap_by_tap(x, kernel, strides, dilations, pads, outs) -> bool:
 
 def _by_taps(taps, op, scale=None):
     """The taps ([batch, outs..., channels]) combined by op (then times scale, a number or a
-    map of [outs...]), written channels last and read back as [batch, channels, outs...]."""
+    map of [outs...]), stored channels last and read back as [batch, channels, outs...]."""
     out = taps[0]
     for tap in taps[1:]:
         out = op(out, tap)
-    n = out.ndim - 2
     if scale is not None:
         out = out * (scale if isinstance(scale, float) else
                      scale.reshape(1, *scale.shape, 1))
-    return out.materialize().permute(0, n + 1, *range(1, n + 1))
+    return taps_stored_channels_last(out)
 
 
 def max_pool(x, kernel, strides, dilations, pads, ceil_mode: bool = False):

@@ -191,3 +191,13 @@ def channel_taps(x, kernel, strides, dilations, pads, outs, value: float = 0.0) 
             read = inside.where(read, read._scalar_like(value))
         taps.append(read)
     return taps
+
+
+def taps_stored_channels_last(out):
+    """A value computed tap by tap ([batch, outs..., channels], elementwise over the taps of
+    channel_taps) as a reduce of that one term, read back as [batch, channels, outs...]: its
+    kernel then iterates the channels-last domain (the lanes along the channels) whoever
+    reads it, its result is stored channels last (graph.schedule.stored_order), and the bias
+    and activation after it join that kernel as a convolution's epilogue does."""
+    n = out.ndim - 2
+    return out.reshape(*out.shape, 1).sum(n + 2).permute(0, n + 1, *range(1, n + 1))
