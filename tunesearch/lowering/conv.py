@@ -24,10 +24,9 @@ import math
 import numpy as np
 
 from tunesearch.errors import ShapeError
-from tunesearch.lowering.windows import (channel_taps, channel_windows, channels_by_taps,
-                                         column_runs, output_sizes, padded_channels_last,
-                                         stored_channels_last, taps_by_channels,
-                                         taps_stored_channels_last, window_pads)
+from tunesearch.lowering.windows import (channel_windows, channels_by_taps, column_runs,
+                                         output_sizes, padded_channels_last,
+                                         stored_channels_last, taps_by_channels)
 from tunesearch.runtime.device import get_device
 from tunesearch.space.cpu_model import useful_accumulators
 from tunesearch.space.cpu_space import matmul_block
@@ -185,34 +184,14 @@ def _depthwise_last(x, w, channels: int, kernel: tuple[int, ...], geometry):
     stored channels last, so the pointwise convolution after it reads it as it lies."""
     strides, dilations, pads, outs = geometry
     n = len(outs)
+    wins, layout = channel_windows(x, kernel, strides, dilations, pads, outs)
     if _fixed(w):  # laid out [taps..., channels], once
         w = _arranged(x, w, (channels, *kernel), (*range(1, n + 1), 0))
     else:
         w = w.reshape(channels, *kernel).permute(*range(1, n + 1), 0)
-    if _tap_by_tap(x, kernel, strides, dilations, pads, outs):
-        taps = channel_taps(x, kernel, strides, dilations, pads, outs)
-        w = w.reshape(len(taps), 1, *([1] * n), channels)
-        out = None
-        for t, tap in enumerate(taps):
-            term = tap * w[t]
-            out = term if out is None else out + term
-        return taps_stored_channels_last(out)
-    wins, layout = channel_windows(x, kernel, strides, dilations, pads, outs)
     weight = w.reshape(1, *([1] * n), *kernel, channels).permute(
         *range(n + 1), 2 * n + 1, *range(n + 1, 2 * n + 1))
     return layout((wins * weight).sum(tuple(range(n + 2, 2 * n + 2))))
-
-
-def _tap_by_tap(x, kernel: tuple[int, ...], strides, dilations, pads, outs) -> bool:
-    """Whether a depthwise convolution over a value stored channels last sums its taps one
-    by one (windows.channel_taps), each read from the value as it lies, rather than reducing
-    its windows from a padded copy: where the windows reach into the padding and step by one
-    (the tap at the window's centre then reads the value whole, so its result keeps the
-    value's channels-last order, graph.schedule.stored_order, and the bias and activation
-    after it join the kernel that writes it)."""
-    pad = window_pads(x.shape[2:], kernel, strides, dilations, pads, outs)
-    return all(s == 1 for s in strides) and any(lo > 0 or hi > 0 for lo, hi in pad) and \
-        all(2 * lo == (k - 1) * d for (lo, _), k, d in zip(pads, kernel, dilations))
 
 
 def _channels_on_lanes(channels: int, positions: int) -> bool:
