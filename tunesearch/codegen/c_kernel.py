@@ -8,7 +8,7 @@ import math
 from tunesearch.codegen.dialect import Dialect
 from tunesearch.codegen.panels import padded_axes
 from tunesearch.graph.dtypes import DType, dtypes
-from tunesearch.graph.kernel import Kernel
+from tunesearch.graph.kernel import Kernel, KNode
 from tunesearch.graph.ops import BinaryOps
 from tunesearch.space.config import Config
 from tunesearch.space.kernel_shape import interior_ranges, masked_axes
@@ -24,12 +24,20 @@ class CDialect(Dialect):
     def recip_one_plus_exp2(self, x: str, dtype: DType) -> str | None:
         return f"ts_recip_1_exp2f({x})" if dtype is dtypes.float32 else None
 
-    def select(self, cond: str, a: str, b: str, dtype: DType) -> str:
-        """A float picked through its bits (codegen/masked_loads.py): GCC sinks a read that
-        only one side of `cond ? a : b` uses under a branch, and where cond is the same for
-        every lane (a pool's tap in the padding) the block then runs one element at a time."""
-        return f"ts_select(!!({cond}),{a},{b})" if dtype is dtypes.float32 else \
-            super().select(cond, a, b, dtype)
+    def select(self, node: KNode, cond: str, a: str, b: str) -> str:
+        """A float picked by a mask test (a pool's tap in the padding) through its bits
+        (codegen/masked_loads.py): GCC sinks a read that only one side of `cond ? a : b` uses
+        under a branch, and where the test is the same for every lane the block then runs one
+        element at a time. A test computed per lane stays `?:`, a blend (through the bits,
+        GCC vectorized no loop that also computed an erf)."""
+        return f"ts_select(!!({cond}),{a},{b})" if bit_select(node) else \
+            super().select(node, cond, a, b)
+
+
+def bit_select(node: KNode) -> bool:
+    """Whether a where is rendered as ts_select: a float one on a mask test."""
+    return node.op is BinaryOps.WHERE and node.dtype is dtypes.float32 and \
+        node.src[0].op == "const"
 
 
 def buffer_params(kernel: Kernel, dialect: Dialect) -> str:
@@ -99,8 +107,7 @@ class CKernel:
         self.inner_size = math.prod(red_sizes[1:]) if self.flat else 1
         self.masked = any(n.arg[1].mask is not None for n in kernel.loads())
         self.gathered = bool(kernel.gathers())
-        self.selects = any(n.op is BinaryOps.WHERE and n.dtype is dtypes.float32
-                           for n in kernel.expr.walk())
+        self.selects = any(bit_select(n) for n in kernel.expr.walk())
         self.inside_masks = interior_ranges(kernel)
         # the lanes' axis gets a flag of its own where other axes are masked too: a block whose
         # rows lie inside (most of a padded map's) tests only its lanes against the mask

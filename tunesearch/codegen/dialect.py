@@ -64,8 +64,8 @@ class Dialect:
             return f"(({b})==0?0:({a}){symbols[op]}({b}))"
         return f"({a}{symbols[op]}{b})"
 
-    def select(self, cond: str, a: str, b: str, dtype: DType) -> str:
-        """cond ? a : b, both already computed."""
+    def select(self, node: KNode, cond: str, a: str, b: str) -> str:
+        """node (a where) as cond ? a : b, both already computed."""
         return f"({cond}?{a}:{b})"
 
     def reduce_init(self, op: ReduceOps, dtype: DType) -> str:
@@ -160,7 +160,7 @@ class ExprEmitter:
                 value = fused or d.unary(node.op, names[id(node.src[0])], node.dtype)
             elif node.op is BinaryOps.WHERE:
                 c, a, b = (names[id(s)] for s in node.src)
-                value = d.select(c, a, b, node.dtype)
+                value = d.select(node, c, a, b)
             else:
                 a, b = (names[id(s)] for s in node.src)
                 value = d.binary(node.op, a, b, node.src[0].dtype)

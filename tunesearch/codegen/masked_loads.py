@@ -18,8 +18,9 @@ element at a time (docs/defaults.md). So:
   at a time.
 
 Where a test passes, its clamp changes nothing, so the value read is the one the plain read gives.
-A select (`where`, a pool's padding value) is picked through the bits the same way
+A select on a mask test (a pool's padding value) is picked through the bits the same way
 (`ts_select`, CDialect.select): under `test ? read : value` GCC moves the read into a branch.
+A select on a test computed per lane stays `?:`, which GCC makes a blend.
 """
 from __future__ import annotations
 
