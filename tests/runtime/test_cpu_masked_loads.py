@@ -74,8 +74,7 @@ def _every_block_vectorizes(text: str) -> list[str]:
     generic tuning at the device's level (what the compiler gives a CPU it does not know; its
     cost model turns gathers off, which once left a padded copy's border blocks scalar on a
     Zen 2 and would have on any CPU newer than the compiler)."""
-    cc, _ = compiler()
-    flags = [f for f in DEVICE.flags if f not in ("-shared",)]
+    flags = _device_flags()
     generic = [f for f in flags if not f.startswith(("-march", "-mtune"))] + \
         [f"-march={DEVICE.isa.march}", "-mtune=generic"]
     blocks = [m.group(1) for m in re.finditer(r"noinline\)\) void (\w+)\(", text)]
@@ -84,14 +83,25 @@ def _every_block_vectorizes(text: str) -> list[str]:
     # the compiler names the loop by a line of its body, the first it vectorizes from
     body_end = next(i for i, line in enumerate(lines, 1) if i > simd_line and "}}}" in line)
     for tuned in (flags, generic):
-        report = subprocess.run([cc, *tuned, "-fopt-info-vec-optimized", "-x", "c", "-", "-c",
-                                 "-o", "/dev/null"], input=text, capture_output=True, text=True)
-        if "unrecognized" in report.stderr or report.returncode != 0:
-            pytest.skip(f"{cc} gives no vectorizer report: {report.stderr[-200:]}")
-        vectorized = [line for line in report.stderr.splitlines() if "loop vectorized" in line
-                      and simd_line <= int(line.split(":")[1]) < body_end]
-        assert len(vectorized) >= len(blocks), (tuned, report.stderr)
+        vectorized = [n for n in _vectorized_lines(text, tuned) if simd_line <= n < body_end]
+        assert len(vectorized) >= len(blocks), tuned
     return blocks
+
+
+def _device_flags() -> list[str]:
+    return [f for f in DEVICE.flags if f != "-shared"]
+
+
+def _vectorized_lines(text: str, flags: list[str]) -> list[int]:
+    """The lines of a kernel's C at which the compiler's own report says it vectorized a
+    loop, compiled with flags (the test skips where the compiler gives no report)."""
+    cc, _ = compiler()
+    report = subprocess.run([cc, *flags, "-fopt-info-vec-optimized", "-x", "c", "-", "-c",
+                             "-o", "/dev/null"], input=text, capture_output=True, text=True)
+    if "unrecognized" in report.stderr or report.returncode != 0:
+        pytest.skip(f"{cc} gives no vectorizer report: {report.stderr[-200:]}")
+    return [int(line.split(":")[1]) for line in report.stderr.splitlines()
+            if "loop vectorized" in line]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -228,15 +238,7 @@ def test_a_where_on_a_condition_of_each_lane_stays_a_blend():
     assert "ts_select(" not in text and "?" in text
     epilogue = re.search(r"void (\w+_epilogue)\(", text)
     assert epilogue, "the epilogue runs in a function of its own"
-    cc, _ = compiler()
-    flags = [f for f in DEVICE.flags if f != "-shared"]
-    report = subprocess.run([cc, *flags, "-fopt-info-vec-optimized", "-x", "c", "-", "-c",
-                             "-o", "/dev/null"], input=text, capture_output=True, text=True)
-    if report.returncode != 0 or "unrecognized" in report.stderr:
-        pytest.skip(f"{cc} gives no vectorizer report: {report.stderr[-200:]}")
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines, 1) if epilogue.group(1) + "(" in line)
     end = next(i for i, line in enumerate(lines, 1) if i > start and line == "}")
-    vectorized = [line for line in report.stderr.splitlines() if "loop vectorized" in line
-                  and start <= int(line.split(":")[1]) <= end]
-    assert vectorized, report.stderr[-2000:]
+    assert [n for n in _vectorized_lines(text, _device_flags()) if start <= n <= end]

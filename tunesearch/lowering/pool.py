@@ -12,8 +12,8 @@ import numpy as np
 
 from tunesearch.errors import ShapeError
 from tunesearch.lowering.windows import (channel_taps, output_sizes, pool_windows,
-                                         stored_channels_last, taps_stored_channels_last,
-                                         window_pads)
+                                         reaches_padding, stored_channels_last,
+                                         taps_stored_channels_last, window_pads)
 
 
 def _geometry(x, kernel, strides, dilations, pads, ceil_mode: bool):
@@ -29,7 +29,7 @@ def _tap_by_tap(x, kernel, strides, dilations, pads, outs) -> bool:
     (windows.channel_taps), rather than reducing them from a padded copy: over a value stored
     channels last whose windows reach into the padding."""
     pad = window_pads(x.shape[2:], kernel, strides, dilations, pads, outs)
-    return stored_channels_last(x) is not None and any(lo > 0 or hi > 0 for lo, hi in pad)
+    return stored_channels_last(x) is not None and reaches_padding(pad)
 
 
 def _by_taps(taps, op, scale=None):

@@ -29,6 +29,12 @@ def window_pads(spatial: Sequence[int], kernel: Sequence[int], strides: Sequence
     return [(b, e - i - b) for (b, _), e, i in zip(pads, extent, spatial)]
 
 
+def reaches_padding(pad: Sequence[tuple[int, int]]) -> bool:
+    """Whether windows whose padding window_pads gives read outside the input (else they lie
+    inside it as it is, its last elements perhaps unread)."""
+    return any(lo != 0 or hi > 0 for lo, hi in pad)
+
+
 def output_sizes(spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
                  dilations: Sequence[int], pads: Sequence[tuple[int, int]],
                  ceil_mode: bool = False) -> list[int]:
@@ -76,7 +82,7 @@ def padded_channels_last(x, kernel, strides, dilations, pads, outs, value: float
     n = len(outs)
     pad = window_pads(x.shape[2:], kernel, strides, dilations, pads, outs)
     padded = x.permute(0, *range(2, 2 + n), 1)
-    if any(lo or hi > 0 for lo, hi in pad):  # else the windows lie inside x as it is
+    if reaches_padding(pad):
         padded = padded.pad([(0, 0), *pad, (0, 0)], value)
     shape = padded.shape
     step = [math.prod(shape[i + 1:]) for i in range(len(shape))]

@@ -12,7 +12,7 @@ from tunesearch.graph.fusion import fused_reduce
 from tunesearch.graph.ops import MovementOps
 from tunesearch.graph.schedule import backing_node, stored_order
 from tunesearch.graph.view import View
-from tunesearch.lowering.windows import window_pads
+from tunesearch.lowering.windows import reaches_padding, window_pads
 from tunesearch.tensor._shapes import shape_arg as _shape_arg
 from tunesearch.tensor._shapes import shape_error as _err
 from tunesearch.tensor.index import gather, getitem, take
@@ -171,7 +171,7 @@ class MovementMixin:
         pad = [(0, 0)] * (self.ndim - n) + window_pads(self.shape[-n:], kernel, strides,
                                                        dilations, pads, outs)
         # a pad that only shrinks: the windows lie inside the input as it is
-        padded = self if all(lo == 0 and hi <= 0 for lo, hi in pad) else self.pad(pad, value)
+        padded = self.pad(pad, value) if reaches_padding(pad) else self
         shape = padded.shape
         step = [math.prod(shape[i + 1:]) for i in range(len(shape))]
         return padded.as_strided(list(shape[:-n]) + list(outs) + list(kernel),
